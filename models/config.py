@@ -1,0 +1,223 @@
+"""Model configuration: the one description of a transformer's shape that everything else reads.
+
+`ModelConfig` is a frozen, keyword-only dataclass with the field's standard names. It is
+validated once, on construction, and raises `ConfigError` naming the field and the rule that a
+value breaks. It round-trips through a flat ``dict`` of plain values (for YAML and MLflow params).
+
+No torch import here: the sweep validates and costs thousands of configs without building one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from models import patterns
+from models.errors import ConfigError
+
+__all__ = [
+    "ATTN_BACKENDS",
+    "ATTN_PATTERNS",
+    "ACTIVATIONS",
+    "NORMS",
+    "NORM_POSITIONS",
+    "POS_ENCODINGS",
+    "ConfigError",
+    "ModelConfig",
+]
+
+ATTN_PATTERNS = ("dense", "local", "strided", "block_sparse")
+ATTN_BACKENDS = ("auto", "sdpa", "flex")
+NORMS = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("pre", "post")
+ACTIVATIONS = ("relu", "gelu", "swiglu")
+POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Shape and options of a decoder-only (``causal=True``) or encoder (``causal=False``) model.
+
+    Attributes:
+        vocab_size: Number of token ids V; logits have shape ``(B, T, V)``.
+        seq_len: Context length T (also the size of a learned position table).
+        d_model: Residual-stream width d.
+        n_heads: Attention heads H; ``d_model`` must be divisible by it (head dim q = d / H).
+        n_layers: Transformer blocks L.
+        d_ff: Hidden width of the feed-forward block; ``None`` means ``4 * d_model``. With
+            ``activation="swiglu"`` it is the width of each of the two input projections.
+        attn_temperature: tau in softmax(Q K^T / (sqrt(q) * tau)); must be > 0.
+        attn_pattern: ``dense``, ``local`` (causal sliding window), ``strided`` (Child et al.
+            2019, fixed local + strided keys) or ``block_sparse`` (BigBird-style window, global
+            and random blocks).
+        attn_sparsity: Fraction of the causal (or, for encoders, all) query-key pairs the
+            pattern removes, in [0, 1). The pattern's size (window, stride, blocks) is derived
+            from it; see `attn_layout` for the derived size and the sparsity it achieves.
+        attn_block_size: Block size for ``block_sparse`` and for FlexAttention block masks.
+        attn_seed: Seed of the random blocks of ``block_sparse`` (fixed per model).
+        attn_backend: ``sdpa`` (boolean-mask scaled_dot_product_attention), ``flex``
+            (FlexAttention block masks that skip masked blocks) or ``auto`` (flex on CUDA for
+            sparse patterns, sdpa otherwise).
+        norm: ``layernorm`` or ``rmsnorm``.
+        norm_position: ``pre`` (GPT-2, final norm after the last block) or ``post`` (original
+            Transformer / BERT, no final norm).
+        activation: ``relu``, ``gelu`` (tanh approximation, as GPT-2) or ``swiglu``.
+        pos_encoding: ``learned``, ``sinusoidal``, ``rope`` or ``none``.
+        rope_base: Base of the RoPE frequencies (Su et al. 2021).
+        tie_embeddings: Share the token embedding with the output projection.
+        bias: Biases in linear layers and LayerNorm.
+        dropout: Dropout probability on embeddings, attention weights and residual branches.
+        causal: Causal (decoder) or bidirectional (encoder) attention.
+        norm_eps: Epsilon of the norm layers.
+
+    Raises:
+        ConfigError: On construction, for any value that breaks a rule.
+    """
+
+    vocab_size: int = 256
+    seq_len: int = 256
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int | None = None
+    attn_temperature: float = 1.0
+    attn_pattern: str = "dense"
+    attn_sparsity: float = 0.0
+    attn_block_size: int = 64
+    attn_seed: int = 0
+    attn_backend: str = "auto"
+    norm: str = "layernorm"
+    norm_position: str = "pre"
+    activation: str = "gelu"
+    pos_encoding: str = "learned"
+    rope_base: float = 10000.0
+    tie_embeddings: bool = True
+    bias: bool = True
+    dropout: float = 0.0
+    causal: bool = True
+    norm_eps: float = 1e-5
+    _layout: patterns.AttnLayout | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        if self.d_ff is None:
+            object.__setattr__(self, "d_ff", 4 * self.d_model)
+        self._validate()
+        layout = patterns.derive_layout(
+            self.attn_pattern,
+            self.attn_sparsity,
+            self.seq_len,
+            causal=self.causal,
+            block_size=self.attn_block_size,
+            seed=self.attn_seed,
+        )
+        object.__setattr__(self, "_layout", layout)
+
+    def _validate(self) -> None:
+        def is_int(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        def is_num(v: Any) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+        for name in ("vocab_size", "seq_len", "d_model", "n_heads", "n_layers", "d_ff",
+                     "attn_block_size"):
+            v = getattr(self, name)
+            if not is_int(v):
+                raise ConfigError(f"{name}={v!r} must be an integer")
+            if v <= 0:
+                raise ConfigError(f"{name}={v} must be positive")
+        if not is_int(self.attn_seed):
+            raise ConfigError(f"attn_seed={self.attn_seed!r} must be an integer")
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
+            )
+        if self.pos_encoding == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ConfigError(
+                f"pos_encoding='rope' needs an even head dimension; d_model/n_heads="
+                f"{self.d_model // self.n_heads}"
+            )
+        if self.pos_encoding == "sinusoidal" and self.d_model % 2:
+            raise ConfigError(
+                f"pos_encoding='sinusoidal' needs an even d_model; got {self.d_model}"
+            )
+        for name, allowed in (
+            ("attn_pattern", ATTN_PATTERNS),
+            ("attn_backend", ATTN_BACKENDS),
+            ("norm", NORMS),
+            ("norm_position", NORM_POSITIONS),
+            ("activation", ACTIVATIONS),
+            ("pos_encoding", POS_ENCODINGS),
+        ):
+            v = getattr(self, name)
+            if v not in allowed:
+                raise ConfigError(f"{name}={v!r} is not one of {', '.join(allowed)}")
+        for name in ("attn_temperature", "rope_base", "norm_eps"):
+            v = getattr(self, name)
+            if not is_num(v) or not v > 0 or v != v or v == float("inf"):
+                raise ConfigError(f"{name}={v!r} must be a finite number > 0")
+        if not is_num(self.attn_sparsity) or not 0.0 <= self.attn_sparsity < 1.0:
+            raise ConfigError(f"attn_sparsity={self.attn_sparsity!r} must be in [0, 1)")
+        if not is_num(self.dropout) or not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout={self.dropout!r} must be in [0, 1)")
+        for name in ("tie_embeddings", "bias", "causal"):
+            v = getattr(self, name)
+            if not isinstance(v, bool):
+                raise ConfigError(f"{name}={v!r} must be true or false")
+
+    # ----------------------------------------------------------------- derived quantities
+    @property
+    def d_head(self) -> int:
+        """Head dimension q = d_model / n_heads."""
+        return self.d_model // self.n_heads
+
+    @property
+    def attn_layout(self) -> patterns.AttnLayout:
+        """The attention pattern's derived size and the sparsity it achieves."""
+        assert self._layout is not None
+        return self._layout
+
+    # ------------------------------------------------------------------- serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """Flat dict of plain values (str, int, float, bool); `from_dict` inverts it."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
+        """Build a config from a flat dict, rejecting unknown keys.
+
+        Raises:
+            ConfigError: For an unknown key or an invalid value.
+        """
+        known = set(cls.field_names())
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown model field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        return cls(**values)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> ModelConfig:
+        """A named preset (see `models.presets`) with some fields replaced.
+
+        Presets leave ``d_ff`` unset where it is ``4 * d_model``, so overriding ``d_model``
+        scales it too.
+
+        Raises:
+            ConfigError: For an unknown preset name, unknown field or invalid value.
+        """
+        from models.presets import preset_dict
+
+        return cls.from_dict({**preset_dict(name), **overrides})
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with some fields changed (validated again)."""
+        return self.from_dict({**self.to_dict(), **changes})

@@ -1,0 +1,1 @@
+"""The sweep service: study specs, search spaces, trial runner, executors, tracking, CLI."""
