@@ -229,12 +229,15 @@ def derive_layout(
         candidates = [(total, {})]
     max_sparsity = 1.0 - min(kept for kept, _ in candidates) / total
     if sparsity > max_sparsity + 1e-12:
-        hint = " (or a smaller attn_block_size)" if pattern == "block_sparse" else ""
+        why = {
+            "local": " (a window of 1 key; any sparser mask would leave some query with no key)",
+            "strided": " (at the stride that minimises kept pairs, about sqrt(T / 2))",
+            "block_sparse": " (one block per query block; a smaller attn_block_size goes further)",
+        }[pattern]
         raise PatternError(
             f"attn_sparsity={sparsity} is more than attn_pattern={pattern!r} can remove at "
-            f"seq_len={seq_len}: its sparsest mask removes {max_sparsity:.4f} of the pairs, and "
-            f"any sparser mask would leave some query with no key; use attn_sparsity <= "
-            f"{math.floor(max_sparsity * 1e4) / 1e4}{hint}"
+            f"seq_len={seq_len}: its sparsest mask removes {max_sparsity:.4f} of the pairs{why}; "
+            f"use attn_sparsity <= {math.floor(max_sparsity * 1e4) / 1e4}"
         )
     kept, params = min(candidates, key=lambda c: (abs((1.0 - c[0] / total) - sparsity), -c[0]))
     return AttnLayout(sparsity=1.0 - kept / total, kept_pairs=kept, **params, **base)

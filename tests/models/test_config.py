@@ -1,0 +1,78 @@
+import pytest
+
+from models import PRESETS, ConfigError, ModelConfig
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"d_model": 1000, "n_heads": 12}, "d_model=1000 is not divisible by n_heads=12"),
+        ({"d_model": 0}, "d_model=0 must be positive"),
+        ({"n_layers": -1}, "n_layers=-1 must be positive"),
+        ({"vocab_size": 0}, "vocab_size=0 must be positive"),
+        ({"seq_len": 2.5}, "seq_len=2.5 must be an integer"),
+        ({"d_ff": 0}, "d_ff=0 must be positive"),
+        ({"n_heads": True}, "n_heads=True must be an integer"),
+        ({"attn_temperature": 0.0}, "attn_temperature=0.0 must be a finite number > 0"),
+        ({"attn_temperature": -1}, "attn_temperature=-1 must be a finite number > 0"),
+        ({"attn_temperature": float("nan")}, "attn_temperature=nan"),
+        ({"attn_pattern": "local", "attn_sparsity": 1.0}, "attn_sparsity=1.0 must be in [0, 1)"),
+        ({"attn_pattern": "local", "attn_sparsity": -0.1}, "attn_sparsity=-0.1 must be in"),
+        ({"attn_sparsity": 0.5}, "needs a sparse attn_pattern"),
+        ({"attn_pattern": "local", "attn_sparsity": 0.99, "seq_len": 64},
+         "would leave some query with no key"),
+        ({"attn_pattern": "strided", "attn_sparsity": 0.95, "seq_len": 64},
+         "more than attn_pattern='strided' can remove"),
+        ({"attn_pattern": "block_sparse", "attn_sparsity": 0.3, "seq_len": 64,
+          "attn_block_size": 64}, "smaller attn_block_size"),
+        ({"attn_pattern": "sliding"}, "attn_pattern='sliding' is not one of"),
+        ({"norm": "batchnorm"}, "norm='batchnorm' is not one of"),
+        ({"norm_position": "middle"}, "norm_position='middle' is not one of"),
+        ({"activation": "tanh"}, "activation='tanh' is not one of"),
+        ({"pos_encoding": "alibi"}, "pos_encoding='alibi' is not one of"),
+        ({"attn_backend": "xformers"}, "attn_backend='xformers' is not one of"),
+        ({"dropout": 1.0}, "dropout=1.0 must be in [0, 1)"),
+        ({"causal": "yes"}, "causal='yes' must be true or false"),
+        ({"pos_encoding": "rope", "d_model": 60, "n_heads": 4}, "even head dimension"),
+    ],
+)
+def test_invalid_values_raise_config_error_naming_field(changes, message):
+    with pytest.raises(ConfigError) as info:
+        ModelConfig(**changes)
+    assert message in str(info.value)
+
+
+def test_dict_round_trip_is_unchanged():
+    cfg = ModelConfig(
+        d_model=96, n_heads=6, attn_pattern="strided", attn_sparsity=0.4, activation="swiglu",
+        d_ff=256, pos_encoding="rope", norm="rmsnorm", tie_embeddings=False, bias=False,
+    )
+    flat = cfg.to_dict()
+    assert all(isinstance(v, (int, float, str, bool)) for v in flat.values())
+    assert ModelConfig.from_dict(flat) == cfg
+    assert ModelConfig.from_dict(flat).to_dict() == flat
+
+
+def test_unknown_key_is_rejected():
+    with pytest.raises(ConfigError, match="unknown model field.*d_modle"):
+        ModelConfig.from_dict({"d_modle": 64})
+
+
+def test_d_ff_defaults_to_four_times_d_model_and_follows_overrides():
+    assert ModelConfig(d_model=96, n_heads=4).d_ff == 384
+    assert ModelConfig.from_preset("gpt2", d_model=1024, n_heads=16).d_ff == 4096
+
+
+def test_presets_are_valid_and_unknown_preset_errors():
+    for name in PRESETS:
+        assert ModelConfig.from_preset(name).d_model > 0
+    with pytest.raises(ConfigError, match="preset='gpt5' is not one of"):
+        ModelConfig.from_preset("gpt5")
+
+
+def test_derived_layout_is_exposed():
+    cfg = ModelConfig(seq_len=1024, attn_pattern="local", attn_sparsity=0.5)
+    layout = cfg.attn_layout
+    assert layout.window is not None and 1 <= layout.window <= 1024
+    assert abs(layout.sparsity - 0.5) < 1e-3
+    assert ModelConfig(seq_len=1024).attn_layout.kept_pairs == 524_800
