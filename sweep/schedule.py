@@ -1,0 +1,47 @@
+"""Learning-rate schedules: linear warmup, then cosine, linear or constant decay.
+
+The schedule is a pure function of how far training has gone, so it has no state to save: a
+run resumed from a checkpoint at the same token count gets the same learning rate.
+
+Cosine decay to a floor follows Loshchilov & Hutter 2017 ("SGDR", eq. 5, one cycle without
+restarts) as used by GPT-3 (Brown et al. 2020, appendix B) and nanoGPT's ``get_lr``: the rate
+rises linearly to ``lr`` over the warmup, then falls to ``min_lr_ratio * lr`` at the end of the
+budget.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["lr_factor"]
+
+
+def lr_factor(
+    schedule: str,
+    done: float,
+    total: float,
+    warmup: float,
+    min_lr_ratio: float,
+) -> float:
+    """Multiplier of the peak learning rate for the step that ends at ``done``.
+
+    Args:
+        schedule: ``cosine``, ``linear`` or ``constant``.
+        done: Progress at the end of this step (tokens, or seconds for time budgets).
+        total: Progress at the end of the budget, same unit.
+        warmup: Warmup length, same unit; 0 for none.
+        min_lr_ratio: Floor of the decay as a fraction of the peak.
+
+    Returns:
+        A factor in (0, 1]: ``done / warmup`` during warmup, then the decay.
+    """
+    if warmup > 0 and done < warmup:
+        return max(done, 0.0) / warmup
+    if schedule == "constant" or total <= warmup:
+        return 1.0
+    frac = min(1.0, max(0.0, (done - warmup) / (total - warmup)))
+    if schedule == "linear":
+        decay = 1.0 - frac
+    else:
+        decay = 0.5 * (1.0 + math.cos(math.pi * frac))
+    return min_lr_ratio + (1.0 - min_lr_ratio) * decay

@@ -1,0 +1,99 @@
+import math
+
+import pytest
+
+from models import ConfigError, ModelConfig
+from sweep.schedule import lr_factor
+from sweep.train_config import TrainConfig, resolve_budget
+
+
+def test_defaults_and_round_trip():
+    tc = TrainConfig(tokens=10_000)
+    assert (tc.batch_size, tc.lr, tc.weight_decay, tc.betas) == (16, 1e-3, 0.1, (0.9, 0.95))
+    assert tc.budget_kind == "tokens"
+    d = tc.to_dict()
+    assert d["betas"] == [0.9, 0.95]
+    assert TrainConfig.from_dict(d) == tc
+    assert tc.replace(steps=5).budget_kind == "steps"
+    assert TrainConfig(tokens=2e5).tokens == 200_000  # YAML gives 2e5 as a float
+
+
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"batch_size": 2.5}, "batch_size"),
+        ({"lr": 0}, "lr"),
+        ({"lr": math.nan}, "lr"),
+        ({"weight_decay": -0.1}, "weight_decay"),
+        ({"betas": (0.9,)}, "betas"),
+        ({"betas": (0.9, 1.0)}, "betas"),
+        ({"warmup": -1}, "warmup"),
+        ({"schedule": "step"}, "schedule"),
+        ({"min_lr_ratio": 1.5}, "min_lr_ratio"),
+        ({"grad_clip": -1}, "grad_clip"),
+        ({"grad_accum": 0}, "grad_accum"),
+        ({"batch_tokens": 0}, "batch_tokens"),
+        ({"batch_tokens": 4096, "grad_accum": 2}, "batch_tokens"),
+        ({"precision": "fp16"}, "precision"),
+        ({"compile": "yes"}, "compile"),
+        ({"seed": 1.5}, "seed"),
+        ({"eval_every": 0}, "eval_every"),
+        ({"eval_tokens": 0}, "eval_tokens"),
+        ({"device": ""}, "device"),
+        ({"tokens": 0}, "tokens"),
+        ({"tokens": None, "steps": -1}, "steps"),
+        ({"tokens": None, "flops": math.inf}, "flops"),
+        ({"tokens": None, "seconds": 0}, "seconds"),
+        ({"tokens": None}, "budget"),
+        ({"steps": 10}, "budget"),
+        ({"tokens": None, "seconds": 5, "warmup": 100}, "warmup"),
+    ],
+)
+def test_validation_names_the_field(kw, field):
+    with pytest.raises(ConfigError, match=rf"^{field}"):
+        TrainConfig(**{"tokens": 1000, **kw})
+
+
+def test_from_dict_rejects_unknown_keys():
+    with pytest.raises(ConfigError, match="learning_rate"):
+        TrainConfig.from_dict({"tokens": 100, "learning_rate": 1e-3})
+
+
+def test_resolve_token_and_step_budgets():
+    model = ModelConfig(seq_len=64, d_model=32, n_heads=2)
+    b = resolve_budget(TrainConfig(tokens=100_000, batch_size=8, warmup=0.1), model)
+    assert b.step_tokens == 512 and b.total_steps == 195 and b.total_tokens == 195 * 512
+    assert b.warmup_tokens == int(0.1 * 195 * 512)
+    assert b.eval_every == 19 * 512
+    b = resolve_budget(TrainConfig(steps=10, batch_size=8, grad_accum=3, warmup=1000), model)
+    assert (b.grad_accum, b.step_tokens, b.total_tokens, b.warmup_tokens) == (3, 1536, 15360, 1000)
+    b = resolve_budget(TrainConfig(steps=10, batch_size=8, batch_tokens=2048), model)
+    assert b.grad_accum == 4
+    with pytest.raises(ConfigError, match="batch_tokens=1000 is not a multiple"):
+        resolve_budget(TrainConfig(steps=10, batch_size=8, batch_tokens=1000), model)
+    b = resolve_budget(TrainConfig(seconds=2.5), model)
+    assert b.seconds == 2.5 and b.total_tokens is None
+
+
+def test_flop_budget_uses_the_cost_model():
+    from models.cost import flops_per_token
+
+    model = ModelConfig(seq_len=64, d_model=32, n_heads=2)
+    per_token = flops_per_token(model, train=True)
+    b = resolve_budget(TrainConfig(flops=per_token * 51_200, batch_size=8), model)
+    assert b.total_tokens == 51_200 and b.total_steps == 100
+
+
+def test_schedule_shapes():
+    # warmup: linear from 0 to 1 over the warmup
+    assert lr_factor("cosine", 50, 1000, 100, 0.1) == pytest.approx(0.5)
+    assert lr_factor("cosine", 100, 1000, 100, 0.1) == pytest.approx(1.0)
+    # cosine: halfway through the decay is halfway between peak and floor
+    assert lr_factor("cosine", 550, 1000, 100, 0.1) == pytest.approx(0.55)
+    assert lr_factor("cosine", 1000, 1000, 100, 0.1) == pytest.approx(0.1)
+    assert lr_factor("linear", 325, 1000, 100, 0.0) == pytest.approx(0.75)
+    assert lr_factor("constant", 900, 1000, 100, 0.1) == 1.0
+    assert lr_factor("cosine", 10, 1000, 0, 0.1) == pytest.approx(
+        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.01))
+    )
