@@ -108,5 +108,128 @@ def validate(
                   "within the constraints; the study could never train a trial")
 
 
+def _load_study_spec(spec_path: str, executor: str | None = None, trials: int | None = None):
+    from sweep.spec import SpecError, load_spec
+    from sweep.study import with_overrides
+
+    if executor is not None and executor not in ("optuna", "ray"):
+        bad_input(f"--executor {executor!r} is not one of optuna, ray")
+    try:
+        return with_overrides(load_spec(spec_path), executor=executor, n_trials=trials)
+    except SpecError as exc:
+        bad_input(str(exc))
+
+
+@app.command()
+def run(
+    spec_path: str = typer.Argument(..., metavar="SPEC", help="Study spec YAML."),
+    executor: str = typer.Option(None, help="Override search.executor: optuna or ray."),
+    trials: int = typer.Option(None, min=1, help="Override search.n_trials."),
+    out: str = typer.Option(None, help="Output folder (default ./runs/<study name>)."),
+    address: str = typer.Option(None, envvar="RAY_ADDRESS",
+                                help="Ray cluster address (ray executor; default: local Ray)."),
+    device: str = typer.Option(None, help="Training device (default: CUDA when present)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON line."),
+) -> None:
+    """Run a study: search its space, train each trial, track everything in MLflow.
+
+    Exits 0 when at least one trial completed, 1 when none did, 2 for bad input.
+    """
+    import json
+    import math
+
+    from sweep.data import DataError
+    from sweep.study import run_study
+    from sweep.tracking import ResumeError
+
+    spec = _load_study_spec(spec_path, executor, trials)
+    try:
+        summary = run_study(spec, out_dir=out, quiet=quiet or as_json, ray_address=address,
+                            device=device, console=console)
+    except (DataError, ResumeError) as exc:
+        bad_input(str(exc))
+    counts = {k.lower(): v for k, v in summary.counts.items() if v}
+    if as_json:
+        print(json.dumps({
+            "study": summary.name, "state": summary.state, "counts": counts,
+            "best_val_loss": summary.best_val_loss if math.isfinite(summary.best_val_loss)
+            else None,
+            "best_trial": summary.best_trial,
+            "baseline_unigram_loss": summary.baseline_unigram_loss,
+            "out_dir": str(summary.out_dir), "tracking_uri": summary.tracking_uri,
+            "parent_run_id": summary.parent_run_id,
+        }))
+    elif not quiet:
+        _print_top_trials(summary)
+    if summary.state != "COMPLETE":
+        err_console.print(
+            f"[bold red]study {summary.name}: no trial completed[/] ({counts or 'no trials'}); "
+            f"see the trials' sweep.fail_reason tags in {summary.tracking_uri}",
+            highlight=False, soft_wrap=True)
+        raise typer.Exit(code=1)
+
+
+def _print_top_trials(summary, top: int = 5) -> None:
+    import math
+
+    from rich.table import Table
+
+    from sweep.results import load_results
+
+    frame = load_results(summary.out_dir, tracking_uri=summary.tracking_uri)
+    table = Table(title=f"top trials of {summary.name}")
+    shown = [c for c in ("trial", "state", "best_val_loss", "n_params", "flops_per_token")
+             if c in frame.columns]
+    params = [c for c in frame.columns if c.startswith("model.") and frame[c].nunique() > 1]
+    params += [c for c in frame.columns if c.startswith("train.") and frame[c].nunique() > 1]
+    for column in shown + params:
+        table.add_column(column.split(".", 1)[-1])
+    for _, row in frame.head(top).iterrows():
+        cells = []
+        for column in shown + params:
+            v = row[column]
+            cells.append(f"{v:.4g}" if isinstance(v, float) and math.isfinite(v)
+                         else "-" if isinstance(v, float) else str(v))
+        table.add_row(*cells)
+    console.print(table)
+    counts = ", ".join(f"{v} {k.lower()}" for k, v in summary.counts.items() if v)
+    best = (f"{summary.best_val_loss:.4f} (trial {summary.best_trial})"
+            if math.isfinite(summary.best_val_loss) else "-")
+    console.print(f"{counts}; best val_loss {best}; unigram baseline "
+                  f"{summary.baseline_unigram_loss:.4f} nats/token", highlight=False)
+    console.print(f"MLflow store: {summary.tracking_uri}  (browse: sweep ui {summary.out_dir})",
+                  highlight=False, soft_wrap=True)
+
+
+@app.command()
+def worker(
+    spec_path: str = typer.Argument(..., metavar="SPEC", help="Study spec YAML."),
+    trials: int = typer.Option(1, min=1, help="Trials this worker runs."),
+    out: str = typer.Option(None, help="The study's output folder (default ./runs/<name>)."),
+    device: str = typer.Option(None, help="Training device (default: CUDA when present)."),
+) -> None:
+    """Join a running Optuna study through its shared storage and run trials for it.
+
+    The study must have been started (``sweep run``) with storage and tracking that this
+    machine reaches (an RDB ``search.storage`` and an MLflow server ``tracking.uri``, or a
+    shared file system).
+    """
+    from pathlib import Path
+
+    from sweep.executors import optuna_executor
+    from sweep.objective import StudyContext
+    from sweep.tracking import TrialContext, find_study
+
+    spec = _load_study_spec(spec_path, "optuna")
+    out_dir = Path(out) if out else spec.default_output_dir()
+    uri = spec.tracking_uri(out_dir)
+    found = find_study(uri, spec.tracking.experiment)
+    if found is None:
+        bad_input(f"no study {spec.tracking.experiment!r} in {uri}; start it with sweep run")
+    ctx = StudyContext(spec, out_dir, TrialContext(uri, *found), device=device)
+    optuna_executor.run_worker(ctx, trials)
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

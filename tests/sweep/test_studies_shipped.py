@@ -1,0 +1,80 @@
+"""Every shipped study loads, validates and prices; `sweep validate` exit codes."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sweep import space
+from sweep.cli import app
+from sweep.spec import load_spec
+
+STUDIES = sorted((Path(__file__).resolve().parents[2] / "studies").glob("*.yaml"))
+runner = CliRunner()
+
+
+def test_the_four_studies_ship():
+    assert {p.stem for p in STUDIES} >= {"quickstart", "pbt", "sparsity-temperature", "pareto"}
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
+def test_study_loads_and_every_sample_is_valid(path):
+    spec = load_spec(path)
+    assert spec.name == path.stem
+    header = path.read_text().splitlines()[:6]
+    assert any(f"sweep run studies/{path.name}" in line for line in header)
+    assert any(re.search(r"CPU.*GPU", line) for line in header)
+    summary = space.summarize(spec, n_samples=64, device="cpu")
+    assert summary["n_invalid"] == 0, summary["invalid_examples"]
+    assert summary["n_infeasible"] == 0, summary["infeasible_examples"]
+
+
+def test_study_algorithms():
+    specs = {p.stem: load_spec(p) for p in STUDIES}
+    q = specs["quickstart"].search
+    assert (q.executor, q.sampler, q.pruner) == ("optuna", "tpe", "hyperband")
+    assert specs["quickstart"].data.uri == "builtin:python-stdlib"
+    p = specs["pbt"].search
+    assert (p.executor, p.scheduler) == ("ray", "pbt")
+    assert set(space.pbt_mutations(specs["pbt"])) == {"train.lr", "train.weight_decay",
+                                                      "model.attn_temperature"}
+    s = specs["sparsity-temperature"]
+    assert (s.search.executor, s.search.scheduler) == ("ray", "asha")
+    assert s.budget()[0] == "flops"
+    assert specs["pareto"].search.sampler == "nsga2"
+    assert specs["pareto"].search.objectives == ["val_loss", "flops_per_token"]
+
+
+def test_validate_cli_ok_and_json():
+    path = str(next(p for p in STUDIES if p.stem == "quickstart"))
+    result = runner.invoke(app, ["validate", path, "--samples", "16"])
+    assert result.exit_code == 0, result.output
+    assert "model.d_model" in result.output and "n_params" in result.output
+    result = runner.invoke(app, ["validate", path, "--samples", "16", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    lo, hi = data["cost"]["n_params"]
+    assert 0 < lo < hi and data["n_configs"] == 18
+
+
+def test_validate_cli_bad_spec_exits_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: b\ndata: builtin:python-stdlib\ntrain: {tokens: 1000}\n"
+                   "search: {sampler: annealing}\n")
+    result = runner.invoke(app, ["validate", str(bad)])
+    assert result.exit_code == 2
+    assert "search.sampler" in result.output
+    result = runner.invoke(app, ["validate", str(tmp_path / "missing.yaml")])
+    assert result.exit_code == 2 and "missing.yaml" in result.output
+
+
+def test_validate_cli_rejects_a_space_with_no_feasible_config(tmp_path):
+    spec = tmp_path / "big.yaml"
+    spec.write_text("name: big\ndata: builtin:python-stdlib\ntrain: {tokens: 1000}\n"
+                    "model: {d_model: {int: [64, 128], step: 64}}\n"
+                    "constraints: {max_params: 1000}\n")
+    result = runner.invoke(app, ["validate", str(spec), "--samples", "8"])
+    assert result.exit_code == 2
+    assert "none of 10 sampled configs" in result.output
