@@ -181,8 +181,8 @@ def _print_top_trials(summary, top: int = 5) -> None:
     table = Table(title=f"top trials of {summary.name}")
     shown = [c for c in ("trial", "state", "best_val_loss", "n_params", "flops_per_token")
              if c in frame.columns]
-    params = [c for c in frame.columns if c.startswith("model.") and frame[c].nunique() > 1]
-    params += [c for c in frame.columns if c.startswith("train.") and frame[c].nunique() > 1]
+    params = [c for c in frame.columns if c.startswith("model.") and frame[c].astype(str).nunique() > 1]
+    params += [c for c in frame.columns if c.startswith("train.") and frame[c].astype(str).nunique() > 1]
     for column in shown + params:
         table.add_column(column.split(".", 1)[-1])
     for _, row in frame.head(top).iterrows():
@@ -229,6 +229,110 @@ def worker(
         bad_input(f"no study {spec.tracking.experiment!r} in {uri}; start it with sweep run")
     ctx = StudyContext(spec, out_dir, TrialContext(uri, *found), device=device)
     optuna_executor.run_worker(ctx, trials)
+
+
+def _format_cell(value: object) -> str:
+    import math
+
+    if isinstance(value, float):
+        return f"{value:.4g}" if math.isfinite(value) else "-"
+    return "-" if value is None else str(value)
+
+
+@app.command()
+def results(
+    study: str = typer.Argument(..., metavar="STUDY_OR_DIR",
+                                help="Study name (./runs/<name>), its folder, or its mlflow.db."),
+    csv: str = typer.Option(None, "--csv", metavar="FILE", help="Also write all trials as CSV."),
+    as_json: bool = typer.Option(False, "--json", help="Print the trials as JSON records."),
+    top: int = typer.Option(20, min=1, help="Trials to print (best first)."),
+    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (then STUDY is the "
+                                                "experiment name), e.g. http://host:5000."),
+) -> None:
+    """Show a study's trials, best validation loss first (diverged and failed last)."""
+    from rich.table import Table
+
+    from sweep.results import StudyNotFoundError, load_results
+
+    try:
+        frame = load_results(study, tracking_uri=tracking_uri)
+    except StudyNotFoundError as exc:
+        bad_input(str(exc))
+    if csv:
+        frame.to_csv(csv, index=False)
+    shown = frame.head(top)
+    if as_json:
+        print(shown.to_json(orient="records"))
+        return
+    lead = {"trial": "#", "state": "state", "best_val_loss": "best val", "final_val_loss":
+            "final val", "tokens": "tokens", "n_params": "params", "flops_per_token": "FLOPs/tok"}
+    varied = {c: c.split(".", 1)[1] for c in frame.columns
+              if c.startswith(("model.", "train.")) and frame[c].astype(str).nunique() > 1}
+    columns = {**lead, **varied, "fail_reason": "reason"}
+    table = Table(title=f"{frame.attrs['study']}: {len(frame)} trials (best first)")
+    for column, header in columns.items():
+        table.add_column(header, overflow="fold", max_width=40 if column == "fail_reason" else None,
+                         no_wrap=column == "state")
+    for _, row in shown.iterrows():
+        table.add_row(*(_format_cell(row[c]) for c in columns))
+    console.print(table)
+    if csv:
+        console.print(f"wrote {len(frame)} trials to {csv}", highlight=False)
+
+
+def _latest_store() -> str:
+    from pathlib import Path
+
+    stores = sorted(Path("runs").glob("*/mlflow.db"), key=lambda p: p.stat().st_mtime)
+    if not stores:
+        bad_input("no study store under ./runs; pass STUDY_OR_DIR or --tracking-uri")
+    return str(stores[-1].parent)
+
+
+@app.command()
+def ui(
+    study: str = typer.Argument(None, metavar="[STUDY_OR_DIR]",
+                                help="Study name, folder or mlflow.db (default: the latest "
+                                     "store under ./runs)."),
+    port: int = typer.Option(5000, min=1, max=65535, help="Port to serve on."),
+    host: str = typer.Option("127.0.0.1", help="Interface to bind (keep local unless trusted)."),
+    block: bool = typer.Option(True, "--block/--no-block",
+                               help="Serve until Ctrl-C, or start in the background and return."),
+) -> None:
+    """Open the MLflow UI on a study's store and print its URL."""
+    import socket
+
+    from sweep.results import StudyNotFoundError, resolve_study, start_ui, stop_ui
+    from sweep.tracking import find_study
+
+    try:
+        uri, name = resolve_study(study or _latest_store())
+    except StudyNotFoundError as exc:
+        bad_input(str(exc))
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            bad_input(f"cannot serve on {host}:{port} ({exc.strerror}); pass another --port")
+    experiment_id, _ = find_study(uri, name)
+    try:
+        proc = start_ui(uri, host=host, port=port)
+    except RuntimeError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(code=1) from exc
+    url = f"http://{host}:{port}/#/experiments/{experiment_id}"
+    console.print(f"MLflow UI for study {name}: {url}", highlight=False, soft_wrap=True)
+    if not block:
+        console.print(f"server pid {proc.pid}; stop it with: kill -- -{proc.pid}",
+                      highlight=False)
+        return
+    console.print("Ctrl-C to stop", highlight=False)
+    try:
+        proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_ui(proc)
 
 
 if __name__ == "__main__":  # pragma: no cover

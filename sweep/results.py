@@ -60,6 +60,10 @@ LEAD_COLUMNS = (
 )
 
 
+# States whose last logged val_loss is the trial's final one (a diverged trial's is not).
+_TRAINED = ("COMPLETE", "PRUNED", "RUNNING")
+
+
 class StudyNotFoundError(LookupError):
     """No study store or experiment matches the name or folder given."""
 
@@ -69,7 +73,8 @@ def resolve_study(study_or_dir: str | Path, tracking_uri: str | None = None) -> 
 
     Without ``tracking_uri``: ``study_or_dir`` is a folder holding ``mlflow.db``, the ``.db``
     file itself, or a study name whose store is ``./runs/<name>/mlflow.db``. With it,
-    ``study_or_dir`` is the experiment name in that store.
+    ``study_or_dir`` is the experiment name in that store, or the study's output folder
+    (its name, or the store's only study).
 
     Returns:
         ``(tracking_uri, study_name)``.
@@ -96,9 +101,14 @@ def resolve_study(study_or_dir: str | Path, tracking_uri: str | None = None) -> 
         if len(studies) == 1:
             return tracking_uri, studies[0]
         raise StudyNotFoundError(f"{db} holds studies {studies}; none is named {name!r}")
-    if tracking.find_study(tracking_uri, name) is None:
-        raise StudyNotFoundError(f"no study {name!r} in {tracking_uri}")
-    return tracking_uri, name
+    tracking_uri = tracking.absolute_uri(tracking_uri)
+    studies = tracking.list_studies(tracking_uri)
+    for candidate in (name, Path(name).name):
+        if candidate in studies:
+            return tracking_uri, candidate
+    if len(studies) == 1 and Path(name).is_dir():
+        return tracking_uri, studies[0]
+    raise StudyNotFoundError(f"no study {name!r} in {tracking_uri} (it holds {studies})")
 
 
 def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
@@ -106,7 +116,8 @@ def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
 
     Columns: `LEAD_COLUMNS`, then the params (``model.*``, ``train.*``, sorted). Sorted by
     ``best_val_loss`` ascending with NaN (failed, diverged, infeasible) last, then trial number.
-    ``final_val_loss`` is the last finite ``val_loss`` logged; ``tokens`` the tokens trained.
+    ``final_val_loss`` is the runner's ``final_val_loss`` metric, else the last ``val_loss`` of a
+    COMPLETE, PRUNED or RUNNING trial (NaN otherwise); ``tokens`` the tokens trained.
     """
     rows = []
     for trial in trials:
@@ -117,7 +128,10 @@ def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
             state=trial["state"],
             fail_reason=trial["fail_reason"],
             run_id=trial["run_id"],
-            final_val_loss=metrics.get("final_val_loss", metrics.get("val_loss", math.nan)),
+            final_val_loss=metrics.get(
+                "final_val_loss",
+                metrics.get("val_loss", math.nan) if trial["state"] in _TRAINED else math.nan,
+            ),
         )
         row.update(trial["params"])
         rows.append(row)

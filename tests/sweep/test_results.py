@@ -1,0 +1,178 @@
+"""Reading a study back: the results table, `sweep results`, `sweep ui` on a live MLflow server."""
+
+import json
+import math
+import os
+import re
+import signal
+import socket
+import urllib.request
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from sweep.cli import app
+from sweep.results import StudyNotFoundError, load_results, resolve_study
+from sweep.tracking import StudyTracker, default_tracking_uri
+
+runner = CliRunner()
+SPEC = {"model": {"d_model": {"choice": [32, 64]}}, "train": {"lr": 1e-3}}
+# trial -> (d_model, lr, val losses at 100/200/300 tokens, state); made-up outcomes
+TRIALS = {
+    0: (64, 1e-3, [2.0, 1.8, 1.9], "COMPLETE"),
+    1: (32, 3e-3, [2.5, math.nan], "DIVERGED"),
+    2: (32, 1e-3, [2.2, 1.6, 1.5], "COMPLETE"),
+    3: (64, 1e-2, [], "INFEASIBLE"),
+    4: (64, 3e-4, [2.4], "FAILED"),
+}
+
+
+def log_study(out, name):
+    tracker = StudyTracker.start(
+        default_tracking_uri(out), name, SPEC, executor="optuna", algorithm="random"
+    )
+    for n, (d_model, lr, losses, state) in TRIALS.items():
+        params = {"model": {"d_model": d_model, "tie_embeddings": True}, "train": {"lr": lr}}
+        with tracker.start_trial(n, params) as run:
+            run.log_costs({"n_params": 1000.0 * d_model, "flops_per_token": 2000.0 * d_model})
+            for step, loss in enumerate(losses, start=1):
+                run.report(100 * step, {"val_loss": loss, "train_loss": 3.0})
+            finite = [v for v in losses if math.isfinite(v)]
+            run.log_result(
+                {
+                    "state": state,
+                    "tokens": 100 * len(finite),
+                    "final_val_loss": losses[-1] if losses else math.nan,
+                    "fail_reason": None if state == "COMPLETE" else f"{state.lower()} on purpose",
+                }
+            )
+    return tracker
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("results")
+    tracker = log_study(root / "runs" / "demo", "demo")
+    return {"root": root, "out": root / "runs" / "demo", "tracker": tracker}
+
+
+def test_load_results_one_row_per_trial_best_first_nan_last(store):
+    frame = load_results(store["out"])
+    assert list(frame["trial"]) == [2, 0, 1, 3, 4]
+    assert list(frame["state"]) == ["COMPLETE", "COMPLETE", "DIVERGED", "INFEASIBLE", "FAILED"]
+    assert list(frame["best_val_loss"].iloc[:2]) == [1.5, 1.8]
+    assert frame["best_val_loss"].iloc[2:].isna().all()
+    assert list(frame["final_val_loss"].iloc[:2]) == [1.5, 1.9]
+    assert frame["final_val_loss"].iloc[2:4].isna().all()  # diverged, infeasible
+    assert frame["final_val_loss"].iloc[4] == 2.4  # failed after one evaluation
+    assert list(frame["tokens"].iloc[:3]) == [300, 300, 100]
+    assert list(frame["model.d_model"]) == [32, 64, 32, 64, 64]
+    assert frame["train.lr"].tolist() == [1e-3, 1e-3, 3e-3, 1e-2, 3e-4]
+    assert frame["model.tie_embeddings"].tolist() == [True] * 5
+    assert frame["n_params"].tolist() == [32000.0, 64000.0, 32000.0, 64000.0, 64000.0]
+    assert frame.loc[frame["trial"] == 4, "fail_reason"].item() == "failed on purpose"
+    assert frame.attrs["study"] == "demo"
+    assert frame.attrs["parent_run_id"] == store["tracker"].parent_run_id
+
+
+def test_study_is_found_by_name_folder_db_file_or_uri(store, monkeypatch):
+    uri = default_tracking_uri(store["out"])
+    monkeypatch.chdir(store["root"])
+    assert resolve_study("demo") == (uri, "demo")
+    assert resolve_study(store["out"] / "mlflow.db") == (uri, "demo")
+    assert resolve_study("demo", tracking_uri=uri) == (uri, "demo")
+    assert resolve_study(store["out"], tracking_uri=uri) == (uri, "demo")
+    assert len(load_results("demo")) == len(TRIALS)
+
+
+def test_unknown_study_names_it(store, monkeypatch):
+    monkeypatch.chdir(store["root"])
+    with pytest.raises(StudyNotFoundError, match="nosuch"):
+        load_results("nosuch")
+    with pytest.raises(StudyNotFoundError, match=r"'other'.*\['demo'\]"):
+        load_results("other", tracking_uri=default_tracking_uri(store["out"]))
+
+
+def test_store_with_two_studies_needs_the_name(tmp_path):
+    log_study(tmp_path, "a")
+    StudyTracker.start(default_tracking_uri(tmp_path), "b", SPEC, executor="ray", algorithm="x")
+    with pytest.raises(StudyNotFoundError, match=r"\['a', 'b'\]|\['b', 'a'\]"):
+        resolve_study(tmp_path)
+    assert len(load_results("b", tracking_uri=default_tracking_uri(tmp_path))) == 0
+    assert len(load_results("a", tracking_uri=default_tracking_uri(tmp_path))) == len(TRIALS)
+
+
+def test_cli_results_table_json_and_csv(store, tmp_path):
+    result = runner.invoke(app, ["results", str(store["out"])], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    assert "demo" in result.output and "DIVERGED" in result.output
+    assert result.output.index("1.5") < result.output.index("DIVERGED")
+
+    result = runner.invoke(app, ["results", str(store["out"]), "--json", "--top", "3"])
+    assert result.exit_code == 0, result.output
+    records = json.loads(result.stdout)
+    assert [r["trial"] for r in records] == [2, 0, 1]
+    assert records[2]["best_val_loss"] is None and records[0]["model.d_model"] == 32
+
+    csv = tmp_path / "trials.csv"
+    result = runner.invoke(app, ["results", str(store["out"]), "--csv", str(csv), "--top", "1"])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(csv)
+    assert list(table["trial"]) == [2, 0, 1, 3, 4]
+
+
+def test_cli_results_unknown_study_exits_2(store, monkeypatch):
+    monkeypatch.chdir(store["root"])
+    result = runner.invoke(app, ["results", "missing-study"])
+    assert result.exit_code == 2
+    assert "missing-study" in result.output
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fetch_json(url, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.slow
+def test_cli_ui_serves_the_study_runs(store):
+    port = free_port()
+    result = runner.invoke(app, ["ui", str(store["out"]), "--port", str(port), "--no-block"])
+    assert result.exit_code == 0, result.output
+    pid = int(re.search(r"server pid (\d+)", result.output).group(1))
+    try:
+        url = f"http://127.0.0.1:{port}"
+        experiment_id = store["tracker"].experiment_id
+        assert f"{url}/#/experiments/{experiment_id}" in result.output
+        with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
+            assert response.status == 200
+        experiments = fetch_json(f"{url}/api/2.0/mlflow/experiments/search", {"max_results": 10})
+        assert "demo" in [e["name"] for e in experiments["experiments"]]
+        runs = fetch_json(f"{url}/api/2.0/mlflow/runs/search", {"experiment_ids": [experiment_id]})
+        names = sorted(r["info"]["run_name"] for r in runs["runs"])
+        assert names == sorted(["demo"] + [f"trial-{n}" for n in TRIALS])
+    finally:
+        os.killpg(pid, signal.SIGTERM)
+    # A second server on a port in use is refused before it starts.
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        result = runner.invoke(app, ["ui", str(store["out"]), "--port", str(taken), "--no-block"])
+    assert result.exit_code == 2 and str(taken) in result.output
+
+
+def test_cli_ui_without_a_store_exits_2(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["ui", "--no-block"])
+    assert result.exit_code == 2 and "./runs" in result.output
+    result = runner.invoke(app, ["ui", "nosuch", "--no-block"])
+    assert result.exit_code == 2 and "nosuch" in result.output
