@@ -1,0 +1,478 @@
+"""The trial runner: train one model config on one corpus within a budget, report as it goes.
+
+`run_trial` is the whole story for an executor; `Trainer` exposes the pieces population-based
+training needs: ``train(until_tokens=...)`` in chunks, `Trainer.set_hparams` between chunks,
+and `Trainer.save_checkpoint` / `Trainer.load_checkpoint`. Chunked training, and training
+resumed from a checkpoint, give exactly the losses of one uninterrupted run: batches are a pure
+function of (seed, index), the schedule a pure function of tokens seen, and each trainer keeps
+its own RNG state.
+
+Executors plug in through a `Reporter` (``report`` at each evaluation, ``should_stop`` to
+prune); `NullReporter` runs a trial with no executor at all, like Optuna's ``FixedTrial``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from models import build_model
+from models.config import ModelConfig
+from models.errors import ConfigError
+from sweep import hardware
+from sweep.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from sweep.data import Corpus
+from sweep.schedule import lr_factor
+from sweep.train_config import TrainConfig, resolve_budget
+
+__all__ = [
+    "STATES",
+    "NullReporter",
+    "Reporter",
+    "TrainConfig",
+    "Trainer",
+    "TrialResult",
+    "run_trial",
+]
+
+STATES = ("COMPLETE", "PRUNED", "DIVERGED", "FAILED")
+_MUTABLE = ("lr", "weight_decay", "dropout", "attn_temperature")
+
+
+@runtime_checkable
+class Reporter(Protocol):
+    """What an executor gives the runner: a sink for evaluations and a pruning signal."""
+
+    def report(self, tokens: int, metrics: dict[str, float]) -> None:
+        """Receive the metrics of an evaluation after ``tokens`` training tokens."""
+
+    def should_stop(self) -> bool:
+        """Whether to stop the trial now (it ends as ``PRUNED``)."""
+
+
+class NullReporter:
+    """A reporter that records nothing and never prunes."""
+
+    def report(self, tokens: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def should_stop(self) -> bool:
+        return False
+
+
+@dataclass
+class TrialResult:
+    """Outcome of a trial (or of the training done so far, between chunks).
+
+    Attributes:
+        state: ``COMPLETE``, ``PRUNED``, ``DIVERGED`` or ``FAILED``; ``RUNNING`` between chunks.
+        best_val_loss: Lowest finite ``val_loss`` (nats/token), nan if none.
+        final_val_loss: ``val_loss`` of the last evaluation, nan if none.
+        tokens: Training tokens seen.
+        steps: Optimizer steps taken.
+        wall_s: Wall time of training and evaluation, seconds.
+        train_flops: tokens * ``models.cost.flops_per_token(config, train=True)``.
+        mfu: Model FLOPs utilisation of the training steps, None where the peak is unknown.
+        n_params: Parameters of the model (tied weights once).
+        baseline_unigram_loss: The corpus's unigram entropy on val, nats/token.
+        entropy_rate: The corpus's entropy rate (synthetic sources), else None.
+        fail_reason: Why a trial diverged or failed, else None.
+        history: One dict per evaluation: ``tokens`` and the reported metrics.
+    """
+
+    state: str
+    best_val_loss: float
+    final_val_loss: float
+    tokens: int
+    steps: int
+    wall_s: float
+    train_flops: float
+    mfu: float | None
+    n_params: int
+    baseline_unigram_loss: float
+    entropy_rate: float | None = None
+    fail_reason: str | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-value dict (JSON-serialisable; nan stays a float)."""
+        return asdict(self)
+
+
+def _decay_groups(model: torch.nn.Module) -> tuple[list, list]:
+    """Split parameters: Linear weights decay; embeddings, norms and biases do not.
+
+    A tied output projection shares the embedding's tensor and is listed once, as an embedding.
+    """
+    decay, no_decay, seen = [], [], set()
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            if id(p) in seen or not p.requires_grad:
+                continue
+            seen.add(id(p))
+            is_matrix = isinstance(module, torch.nn.Linear) and name == "weight"
+            (decay if is_matrix else no_decay).append(p)
+    return decay, no_decay
+
+
+class Trainer:
+    """Trains one model on one corpus; resumable in chunks and from checkpoints.
+
+    Args:
+        model_config: The model to build; its ``vocab_size`` must cover the corpus's.
+        train_config: Optimiser, schedule, precision, budget, evaluation.
+        corpus: A prepared `sweep.data.Corpus`.
+        device: Overrides ``train_config.device`` (``auto``: CUDA when present).
+
+    Raises:
+        ConfigError: vocab_size below the corpus's, or a budget that does not fit the model.
+        sweep.data.DataError: The corpus is shorter than one sequence of ``seq_len + 1``.
+    """
+
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        train_config: TrainConfig,
+        corpus: Corpus,
+        *,
+        device: str | torch.device | None = None,
+    ) -> None:
+        if model_config.vocab_size < corpus.vocab_size:
+            raise ConfigError(
+                f"vocab_size={model_config.vocab_size} is smaller than the vocab of corpus "
+                f"{corpus.uri!r} ({corpus.vocab_size})"
+            )
+        corpus.require(model_config.seq_len)
+        self.model_config, self.train_config, self.corpus = model_config, train_config, corpus
+        self.budget = resolve_budget(train_config, model_config)
+        self.device = hardware.pick_device(str(device) if device else train_config.device)
+        self.amp_dtype = hardware.autocast_dtype(train_config.precision, self.device)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(train_config.seed)
+            self.model = build_model(model_config, device=self.device)
+            self._rng_cpu = torch.get_rng_state()
+        self._rng_cuda = self._cuda_seed_state(train_config.seed)
+        self.n_params = self.model.num_params()
+        self._forward = torch.compile(self.model) if train_config.compile else self.model
+        decay, no_decay = _decay_groups(self.model)
+        cuda = self.device.type == "cuda"
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": train_config.weight_decay},
+             {"params": no_decay, "weight_decay": 0.0}],
+            lr=train_config.lr, betas=train_config.betas, fused=cuda or None,
+            foreach=None if cuda else True,
+        )
+        self.lr = train_config.lr
+        self._val = [
+            (torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device))
+            for x, y in corpus.val_batches(model_config.seq_len, train_config.eval_tokens,
+                                           train_config.batch_size)
+        ]
+        from models.cost import flops_per_token
+
+        self.flops_per_token = flops_per_token(model_config, train=True)
+        self.peak_flops = hardware.peak_flops(self.device, self.amp_dtype)
+        self.step = 0
+        self.tokens_seen = 0
+        self._data_seed = train_config.seed
+        self.state = "RUNNING"
+        self.fail_reason: str | None = None
+        self.history: list[dict[str, float]] = []
+        self.timings = {"compute_s": 0.0, "data_s": 0.0, "eval_s": 0.0, "report_s": 0.0,
+                        "wall_s": 0.0}
+        self._loss_sum, self._loss_n, self._last_eval_tokens = 0.0, 0, 0
+        self._window = [0, 0.0]  # tokens and training seconds at the last evaluation
+        self._last_lr = self.lr
+
+    def _cuda_seed_state(self, seed: int) -> torch.Tensor | None:
+        if self.device.type != "cuda":
+            return None
+        with torch.random.fork_rng(devices=[self.device]):
+            torch.cuda.manual_seed(seed)
+            return torch.cuda.get_rng_state(self.device)
+
+    # ------------------------------------------------------------------------ live changes
+    def set_hparams(
+        self,
+        *,
+        lr: float | None = None,
+        weight_decay: float | None = None,
+        dropout: float | None = None,
+        attn_temperature: float | None = None,
+    ) -> None:
+        """Change shape-preserving hyperparameters between steps (population-based training).
+
+        ``lr`` is the new peak; the schedule's factor still applies.
+
+        Raises:
+            ConfigError: For a value out of range (the field is named).
+        """
+        if lr is not None:
+            if not lr > 0 or not math.isfinite(lr):
+                raise ConfigError(f"lr={lr!r} must be a finite number > 0")
+            self.lr = float(lr)
+        if weight_decay is not None:
+            if not weight_decay >= 0 or not math.isfinite(weight_decay):
+                raise ConfigError(f"weight_decay={weight_decay!r} must be a finite number >= 0")
+            self.optimizer.param_groups[0]["weight_decay"] = float(weight_decay)
+        if dropout is not None:
+            self.model.set_dropout(dropout)
+        if attn_temperature is not None:
+            self.model.set_attn_temperature(attn_temperature)
+
+    def hparams(self) -> dict[str, float]:
+        """Current values of the mutable hyperparameters."""
+        return {"lr": self.lr, "weight_decay": self.optimizer.param_groups[0]["weight_decay"],
+                "dropout": self.model.config.dropout,
+                "attn_temperature": self.model.config.attn_temperature}
+
+    # ---------------------------------------------------------------------------- training
+    def _autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    def _batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.corpus.train_batch(self._data_seed, index, self.train_config.batch_size,
+                                       self.model_config.seq_len)
+        x, y = torch.from_numpy(x), torch.from_numpy(y)
+        if self.device.type == "cuda":
+            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(
+                self.device, non_blocking=True)
+        return x, y
+
+    def _budget_done(self) -> bool:
+        b = self.budget
+        if b.seconds is not None:
+            return self.timings["compute_s"] + self.timings["data_s"] >= b.seconds
+        return self.step >= b.total_steps
+
+    def _lr_now(self, step_s: float) -> float:
+        b, tc = self.budget, self.train_config
+        if b.seconds is not None:
+            spent = self.timings["compute_s"] + self.timings["data_s"] + step_s
+            return self.lr * lr_factor(tc.schedule, spent, b.seconds, tc.warmup * b.seconds,
+                                       tc.min_lr_ratio)
+        return self.lr * lr_factor(tc.schedule, self.tokens_seen + b.step_tokens,
+                                   b.total_tokens, b.warmup_tokens, tc.min_lr_ratio)
+
+    def _train_step(self, last_step_s: float) -> bool:
+        """One optimizer step; returns False (and marks the trial DIVERGED) if non-finite."""
+        accum, clip = self.budget.grad_accum, self.train_config.grad_clip
+        lr = self._lr_now(last_step_s)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), device=self.device)
+        for micro in range(accum):
+            t0 = time.perf_counter()
+            x, y = self._batch(self.step * accum + micro)
+            t1 = time.perf_counter()
+            with self._autocast():
+                _, loss = self._forward(x, y)
+            (loss / accum).backward()
+            loss_sum += loss.detach().float()
+            self.timings["data_s"] += t1 - t0
+            self.timings["compute_s"] += time.perf_counter() - t1
+        t1 = time.perf_counter()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                   clip if clip > 0 else math.inf)
+        loss_value, norm_value = torch.stack([loss_sum / accum, grad_norm.float()]).tolist()
+        if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.state = "DIVERGED"
+            what = "loss" if not math.isfinite(loss_value) else "gradient norm"
+            self.fail_reason = (f"non-finite {what} in step {self.step + 1} (loss={loss_value}, "
+                                f"grad_norm={norm_value}, lr={lr:.3g})")
+            self.timings["compute_s"] += time.perf_counter() - t1
+            return False
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.timings["compute_s"] += time.perf_counter() - t1
+        self.step += 1
+        self.tokens_seen += self.budget.step_tokens
+        self._loss_sum += loss_value
+        self._loss_n += 1
+        self._last_lr = lr
+        return True
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean cross-entropy (nats/token) on the fixed validation windows."""
+        self.model.eval()
+        total, count = torch.zeros((), device=self.device), 0
+        for x, y in self._val:
+            with self._autocast():
+                _, loss = self._forward(x, y)
+            total += loss.float() * y.numel()
+            count += y.numel()
+        self.model.train()
+        return float(total / count)
+
+    def _eval_and_report(self, reporter: Reporter, *, scheduled: bool = True) -> bool:
+        """Evaluate, record and report; returns False if the trial ends here.
+
+        An unscheduled evaluation (at the end of a chunk) leaves the train-loss and throughput
+        windows running, so the scheduled evaluations match an uninterrupted run's.
+        """
+        t0 = time.perf_counter()
+        val_loss = self.evaluate()
+        t1 = time.perf_counter()
+        self.timings["eval_s"] += t1 - t0
+        if not math.isfinite(val_loss):
+            self.state = "DIVERGED"
+            self.fail_reason = f"non-finite val_loss ({val_loss}) after step {self.step}"
+            return False
+        spent = self.timings["compute_s"] + self.timings["data_s"]
+        window_tokens = self.tokens_seen - self._window[0]
+        window_s = spent - self._window[1]
+        metrics = {"val_loss": val_loss,
+                   "train_loss": self._loss_sum / max(self._loss_n, 1),
+                   "tokens_per_s": window_tokens / window_s if window_s > 0 else math.nan,
+                   "lr": self._last_lr}
+        if self.corpus.byte_level:
+            metrics["val_bpb"] = val_loss / math.log(2)
+        self.history.append({"tokens": self.tokens_seen, **metrics})
+        if scheduled:
+            self._loss_sum, self._loss_n = 0.0, 0
+            self._window = [self.tokens_seen, spent]
+        self._last_eval_tokens = self.tokens_seen
+        reporter.report(self.tokens_seen, metrics)
+        stop = reporter.should_stop()
+        self.timings["report_s"] += time.perf_counter() - t1
+        if stop:
+            self.state = "PRUNED"
+        return not stop
+
+    def train(self, reporter: Reporter | None = None, until_tokens: int | None = None
+              ) -> TrialResult:
+        """Train until the budget is spent, the trial ends, or ``until_tokens`` is reached.
+
+        Evaluates every ``eval_every`` tokens, at the end of the budget and at the end of a
+        chunk, reporting each evaluation to ``reporter``. A non-finite loss or gradient norm
+        ends the trial at once as ``DIVERGED`` (that step is not applied or reported).
+
+        Returns:
+            The result so far; ``state`` is ``RUNNING`` if only a chunk was trained.
+        """
+        reporter = reporter or NullReporter()
+        if self.state != "RUNNING":
+            return self.result()
+        start = time.perf_counter()
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.set_rng_state(self._rng_cpu)
+            if self._rng_cuda is not None:
+                torch.cuda.set_rng_state(self._rng_cuda, self.device)
+            self.model.train()
+            every, step_s = self.budget.eval_every, 0.0
+            while self.state == "RUNNING":
+                if self._budget_done():
+                    if self._last_eval_tokens != self.tokens_seen or not self.history:
+                        self._eval_and_report(reporter)
+                    if self.state == "RUNNING":
+                        self.state = "COMPLETE"
+                    break
+                if until_tokens is not None and self.tokens_seen >= until_tokens:
+                    if self._last_eval_tokens != self.tokens_seen:
+                        self._eval_and_report(reporter, scheduled=False)
+                    break
+                t0 = time.perf_counter()
+                if not self._train_step(step_s):
+                    break
+                step_s = time.perf_counter() - t0
+                if (self.tokens_seen // every > self._last_eval_tokens // every
+                        and not self._budget_done()):
+                    self._eval_and_report(reporter)
+            self._rng_cpu = torch.get_rng_state()
+            if self._rng_cuda is not None:
+                self._rng_cuda = torch.cuda.get_rng_state(self.device)
+        self.timings["wall_s"] += time.perf_counter() - start
+        return self.result()
+
+    def result(self) -> TrialResult:
+        """The `TrialResult` of the training so far."""
+        losses = [h["val_loss"] for h in self.history]
+        train_s = self.timings["compute_s"] + self.timings["data_s"]
+        flops = self.flops_per_token * self.tokens_seen
+        mfu = flops / (train_s * self.peak_flops) if self.peak_flops and train_s > 0 else None
+        return TrialResult(
+            state=self.state, best_val_loss=min(losses, default=math.nan),
+            final_val_loss=losses[-1] if losses else math.nan, tokens=self.tokens_seen,
+            steps=self.step, wall_s=self.timings["wall_s"], train_flops=flops, mfu=mfu,
+            n_params=self.n_params, baseline_unigram_loss=self.corpus.baseline_unigram_loss,
+            entropy_rate=self.corpus.entropy_rate, fail_reason=self.fail_reason,
+            history=[dict(h) for h in self.history])
+
+    # ------------------------------------------------------------------------- checkpoints
+    def save_checkpoint(self, path: Path | str) -> Path:
+        """Write the whole training state to ``path`` atomically.
+
+        Raises:
+            RuntimeError: If the trial diverged or failed (no checkpoint of it is written).
+        """
+        if self.state in ("DIVERGED", "FAILED"):
+            raise RuntimeError(f"trial is {self.state} ({self.fail_reason}); not checkpointed")
+        return write_checkpoint(path, {
+            "model_config": self.model_config.to_dict(),
+            "train_config": self.train_config.to_dict(),
+            "corpus_hash": self.corpus.content_hash,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "hparams": self.hparams(),
+            "counters": {"step": self.step, "tokens_seen": self.tokens_seen,
+                         "loss_sum": self._loss_sum, "loss_n": self._loss_n,
+                         "last_eval_tokens": self._last_eval_tokens,
+                         "window": list(self._window), "state": self.state},
+            "timings": dict(self.timings),
+            "rng": {"cpu": self._rng_cpu, "cuda": self._rng_cuda},
+            "data": {"seed": self._data_seed, "next_batch": self.step * self.budget.grad_accum},
+            "history": self.history,
+        })
+
+    def load_checkpoint(self, path: Path | str) -> None:
+        """Restore the training state from ``path`` (possibly another member's, for PBT).
+
+        The model's shape must match. Mutable hyperparameters, RNG states and the data stream
+        (seed and position) take the checkpoint's values, so training continues exactly as the
+        checkpointed trainer would have.
+
+        Raises:
+            sweep.checkpoint.CheckpointError: Unreadable file, or a model of another shape.
+        """
+        ckpt = read_checkpoint(path)
+        mine = {k: v for k, v in self.model_config.to_dict().items() if k not in _MUTABLE}
+        theirs = {k: v for k, v in ckpt["model_config"].items() if k not in _MUTABLE}
+        if mine != theirs:
+            diff = sorted(k for k in mine if mine[k] != theirs.get(k))
+            raise CheckpointError(f"checkpoint {str(path)!r} is of another model shape "
+                                  f"(differs in {', '.join(diff)})")
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.set_hparams(**ckpt["hparams"])
+        c = ckpt["counters"]
+        self.step, self.tokens_seen, self.state = c["step"], c["tokens_seen"], c["state"]
+        self._loss_sum, self._loss_n = c["loss_sum"], c["loss_n"]
+        self._last_eval_tokens, self._window = c["last_eval_tokens"], list(c["window"])
+        self.timings = dict(ckpt["timings"])
+        self._rng_cpu = ckpt["rng"]["cpu"]
+        if self._rng_cuda is not None and ckpt["rng"]["cuda"] is not None:
+            self._rng_cuda = ckpt["rng"]["cuda"]
+        self._data_seed = ckpt["data"]["seed"]
+        self.history = [dict(h) for h in ckpt["history"]]
+        self.fail_reason = None
+
+
+def run_trial(
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    corpus: Corpus,
+    reporter: Reporter | None = None,
+) -> TrialResult:
+    """Train ``model_config`` on ``corpus`` with ``train_config``; see `Trainer`."""
+    return Trainer(model_config, train_config, corpus).train(reporter)
