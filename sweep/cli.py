@@ -203,6 +203,58 @@ def _print_top_trials(summary, top: int = 5) -> None:
 
 
 @app.command()
+def train(
+    preset: str = typer.Option("tiny", help="Model preset (models/presets.py)."),
+    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE",
+                                   help="model.FIELD=VALUE or train.FIELD=VALUE (repeatable)."),
+    data: str = typer.Option("builtin:python-stdlib", help="Corpus URI (sweep/data.py)."),
+    budget_tokens: float = typer.Option(None, help="Token budget (default 2e5 unless a train.* "
+                                                   "budget is set)."),
+    out: str = typer.Option("runs/train", help="Output folder; prepared corpora cached here."),
+    device: str = typer.Option(None, help="Training device (default: CUDA when present)."),
+    as_json: bool = typer.Option(False, "--json", help="End with the result as one JSON line."),
+) -> None:
+    """Train one trial and print its evaluations and result (debug a config before a sweep).
+
+    Exits 0 when the trial completes, 1 when it diverges, 2 for bad input.
+    """
+    import json
+
+    from models.errors import ConfigError
+    from sweep.data import DataError
+    from sweep.train_command import PrintReporter, TrainRequest, result_json
+
+    try:
+        request = TrainRequest(preset, parse_sets(sets), data, budget_tokens, out)
+        corpus = request.load()
+        trainer = request.trainer(corpus, device)
+    except (ConfigError, DataError, ValueError) as exc:
+        bad_input(str(exc))
+    lines = err_console if as_json else console
+    lines.print(f"{request.model_config.n_layers} layers, d_model {request.model_config.d_model}"
+                f", {trainer.n_params:,} params on {trainer.device}; {corpus.uri}: unigram "
+                f"baseline {corpus.baseline_unigram_loss:.4f} nats/token"
+                + (f", entropy rate {corpus.entropy_rate:.4f}" if corpus.entropy_rate else ""),
+                highlight=False, soft_wrap=True)
+    result = trainer.train(
+        PrintReporter(lambda line: lines.print(line, highlight=False, soft_wrap=True)))
+    summary = result_json(result, request, trainer)
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        console.print(
+            f"{result.state}: best val_loss {result.best_val_loss:.4f}, final "
+            f"{result.final_val_loss:.4f} (unigram {result.baseline_unigram_loss:.4f}) after "
+            f"{result.tokens:,} tokens, {result.steps} steps, {result.wall_s:.1f} s"
+            + (f", MFU {result.mfu:.1%}" if result.mfu is not None else ""),
+            highlight=False, soft_wrap=True)
+    if result.state != "COMPLETE":
+        err_console.print(f"[bold red]trial {result.state}[/]: {result.fail_reason}",
+                          highlight=False, soft_wrap=True)
+        raise typer.Exit(code=1)
+
+
+@app.command()
 def worker(
     spec_path: str = typer.Argument(..., metavar="SPEC", help="Study spec YAML."),
     trials: int = typer.Option(1, min=1, help="Trials this worker runs."),
