@@ -283,6 +283,70 @@ def worker(
     optuna_executor.run_worker(ctx, trials)
 
 
+def _format_bytes(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{n} B"
+
+
+@app.command("estimate")
+def estimate_cmd(
+    preset: str = typer.Option("gpt2", help="Model preset to start from."),
+    sets: list[str] = typer.Option(None, "--set", metavar="FIELD=VALUE",
+                                   help="Override a model field (repeatable)."),
+    batch_size: int = typer.Option(1, "--batch-size", min=1, help="Sequences per step."),
+    seq_len: int = typer.Option(None, "--seq-len", help="Tokens per sequence (<= the "
+                                "config's seq_len; change that with --set seq_len=N)."),
+    dtype: str = typer.Option("fp32", help="fp32, or bf16 (autocast, fp32 weights)."),
+    optimizer: str = typer.Option("adamw", help="adamw, or sgd (with momentum)."),
+    attn_backend: str = typer.Option(None, "--attn-backend",
+                                     help="auto, sdpa, flex or math (default: the config's)."),
+    device: str = typer.Option("cuda", help="cuda or cpu: which kernels the estimate assumes."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Parameters, FLOPs per token and training memory of a model, without building it."""
+    import json
+
+    from rich.table import Table
+
+    from models import ConfigError, ModelConfig
+    from models import cost as cost_model
+
+    overrides = parse_sets(sets)
+    try:
+        config = ModelConfig.from_preset(preset, **overrides)
+        est = cost_model.estimate(config, batch_size=batch_size, seq_len=seq_len, dtype=dtype,
+                                  optimizer=optimizer, attn_backend=attn_backend, device=device)
+    except ConfigError as exc:
+        bad_input(str(exc))
+    if as_json:
+        typer.echo(json.dumps({"preset": preset, "config": config.to_dict(), **est.to_dict()}))
+        return
+    title = " ".join([preset, *(f"{k}={v}" for k, v in overrides.items())])
+    table = Table("quantity", "value", title=title)
+    table.add_row("parameters", f"{est.n_params:,}")
+    table.add_row("non-embedding parameters", f"{est.n_params_non_embedding:,}")
+    table.add_row("FLOPs/token forward (kept pairs)", f"{est.flops_per_token_fwd:,.0f}")
+    table.add_row("FLOPs/token train (kept pairs)", f"{est.flops_per_token_train:,.0f}")
+    table.add_row("FLOPs/token train (dense, 6N + 12LHqT)",
+                  f"{est.flops_per_token_dense_train:,.0f}")
+    attn = est.attn_layout
+    size = ", ".join(f"{k}={attn[k]}" for k in ("window", "stride", "block_size",
+                                                 "n_window_blocks", "n_global_blocks",
+                                                 "n_random_blocks") if k in attn)
+    table.add_row("attention", f"{attn['pattern']} {size}".strip())
+    table.add_row("attention sparsity (achieved / asked)",
+                  f"{attn['sparsity']:.4f} / {attn['requested_sparsity']:.4f}")
+    table.add_section()
+    for name, value in est.memory.to_dict().items():
+        table.add_row(f"memory: {name}", _format_bytes(value))
+    console.print(table)
+    console.print(f"B={est.batch_size}, T={est.seq_len}, {est.dtype}, {est.optimizer}, "
+                  f"attention backend {est.attn_backend} on {est.device}; memory total is the "
+                  "peak of a steady-state training step", highlight=False)
+
+
 def _format_cell(value: object) -> str:
     import math
 
