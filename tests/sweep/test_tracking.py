@@ -326,8 +326,8 @@ def test_threads_log_to_their_own_runs(study):
     assert len(run_ids) == 4
 
 
-def test_study_without_a_complete_trial_fails(tmp_path):
-    uri = default_tracking_uri(tmp_path)
+def test_study_without_a_complete_trial_fails(study):
+    uri = study["uri"]
     tracker = StudyTracker.start(uri, "doomed", SPEC, executor="ray", algorithm="asha")
     for n in (2, 4):
         try:
@@ -344,8 +344,10 @@ def test_study_without_a_complete_trial_fails(tmp_path):
     assert parent.data.metrics["trials_failed"] == 1
 
 
-def _worker(ctx, number, queue):
+def _worker(uri, number, queue):
     try:
+        tracker = StudyTracker.start(uri, f"s{number}", SPEC, executor="optuna", algorithm="tpe")
+        ctx = TrialContext(uri, tracker.experiment_id, tracker.parent_run_id)
         with ctx.start_trial(number, config(64, 1e-3)) as run:
             for step in range(1, 21):
                 run.report(step * 100, {"val_loss": 3.0 - step * 0.01, "train_loss": 3.0})
@@ -357,28 +359,30 @@ def _worker(ctx, number, queue):
 
 @pytest.mark.slow
 def test_processes_log_to_a_fresh_sqlite_store_after_ensure_store(tmp_path):
+    # Without ensure_store, processes opening a fresh SQLite store race in MLflow's schema
+    # migration (alembic CommandError "expected to match one row").
     uri = default_tracking_uri(tmp_path / "fresh")
     ensure_store(uri)
-    tracker = StudyTracker.start(uri, "parallel", SPEC, executor="optuna", algorithm="random")
     spawn = mp.get_context("spawn")
     queue = spawn.Queue()
-    procs = [spawn.Process(target=_worker, args=(tracker.context, n, queue)) for n in range(4)]
+    procs = [spawn.Process(target=_worker, args=(uri, n, queue)) for n in range(4)]
     for p in procs:
         p.start()
     outcomes = dict(queue.get(timeout=120) for _ in procs)
     for p in procs:
         p.join(timeout=30)
     assert outcomes == {n: "ok" for n in range(4)}
-    summary = tracker.finish()
-    assert summary["counts"]["COMPLETE"] == 4
     client = MlflowClient(uri)
-    for trial in tracking.read_trials(uri, tracker.experiment_id, tracker.parent_run_id):
+    for n in range(4):
+        experiment_id, parent_run_id = tracking.find_study(uri, f"s{n}")
+        (trial,) = tracking.read_trials(uri, experiment_id, parent_run_id)
+        assert trial["trial"] == n and trial["state"] == "COMPLETE"
         assert len(client.get_metric_history(trial["run_id"], "val_loss")) == 20
         assert trial["metrics"]["best_val_loss"] == pytest.approx(2.8)
 
 
-def test_optuna_study_plots_and_pareto_front(tmp_path):
-    uri = default_tracking_uri(tmp_path)
+def test_optuna_study_plots_and_pareto_front(study):
+    uri = study["uri"]
     tracker = StudyTracker.start(uri, "mo", SPEC, executor="optuna", algorithm="nsga2")
     study = optuna.create_study(directions=["minimize", "minimize"])
     dist = optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)
@@ -396,14 +400,14 @@ def test_optuna_study_plots_and_pareto_front(tmp_path):
     assert {"pareto_front.png", "optimization_history.png", "val_loss_curves.png"} <= plots
 
 
-def test_plots_that_cannot_be_drawn_are_skipped(tmp_path, caplog, monkeypatch):
+def test_plots_that_cannot_be_drawn_are_skipped(study, caplog, monkeypatch):
     from optuna.visualization import matplotlib as ovm
 
     def broken(*args, **kwargs):
         raise RuntimeError("no display")
 
     monkeypatch.setattr(ovm, "plot_optimization_history", broken)
-    uri = default_tracking_uri(tmp_path)
+    uri = study["uri"]
     tracker = StudyTracker.start(uri, "one", SPEC, executor="optuna", algorithm="tpe")
     log_fake_trial(tracker.context, 1)
     with caplog.at_level("WARNING", logger="sweep.results"):
@@ -415,8 +419,8 @@ def test_plots_that_cannot_be_drawn_are_skipped(tmp_path, caplog, monkeypatch):
     assert {p.name for p in (root / "plots").iterdir()} == {"val_loss_curves.png"}
 
 
-def test_study_context_manager_marks_a_crashed_driver_failed(tmp_path):
-    uri = default_tracking_uri(tmp_path)
+def test_study_context_manager_marks_a_crashed_driver_failed(study):
+    uri = study["uri"]
     with pytest.raises(KeyboardInterrupt):
         with StudyTracker.start(uri, "crash", SPEC, executor="optuna", algorithm="tpe") as t:
             raise KeyboardInterrupt()
@@ -465,8 +469,8 @@ def test_resume_accepts_compatible_changes_with_notes():
     assert check_resume_compatible(SPEC, SPEC) == []
 
 
-def test_resume_reopens_the_parent_or_refuses(tmp_path):
-    uri = default_tracking_uri(tmp_path)
+def test_resume_reopens_the_parent_or_refuses(study):
+    uri = study["uri"]
     first = StudyTracker.start(uri, "r", SPEC, executor="optuna", algorithm="tpe")
     log_fake_trial(first.context, 0)
     first.finish()
