@@ -34,6 +34,7 @@ Memory: see `estimate`.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -54,6 +55,7 @@ __all__ = [
     "flops_per_token",
     "non_embedding_param_count",
     "param_count",
+    "time_estimate",
 ]
 
 DTYPES = ("fp32", "bf16")
@@ -500,3 +502,20 @@ def estimate(
         device=device,
         attn_layout=_layout_summary(layout, kept, t),
     )
+
+
+def time_estimate(config: ModelConfig, *, n_calls: int = 10_000, **kwargs: Any) -> float:
+    """Seconds per `estimate` call, averaged over ``n_calls`` calls (for benchmarks).
+
+    Args:
+        config: The model to price.
+        n_calls: Number of calls timed with ``time.perf_counter``.
+        **kwargs: Passed to `estimate`.
+
+    Returns:
+        Mean wall-clock seconds per call.
+    """
+    start = time.perf_counter()
+    for _ in range(n_calls):
+        estimate(config, **kwargs)
+    return (time.perf_counter() - start) / n_calls
