@@ -9,8 +9,11 @@ Layout (see DESIGN.md, "Tracking"):
 - one nested child run per trial, named ``trial-<n>`` (tag ``mlflow.parentRunId``), params = the
   resolved model and train config under dotted keys (``model.d_model``, ``train.lr``), cost
   metrics at step 0, ``val_loss``/``train_loss``/``tokens_per_s`` with step = tokens seen,
-  ``best_val_loss`` at the end, tags ``sweep.state``, ``sweep.fail_reason``,
-  ``sweep.trial_number``.
+  ``best_val_loss`` at the end (COMPLETE and PRUNED trials only), tags ``sweep.state``,
+  ``sweep.fail_reason``, ``sweep.trial_number``; hyperparameters changed during training
+  (population-based training) as metrics and tags ``pbt.<key>``, never as changed params.
+  MLflow run status per state: COMPLETE -> FINISHED, PRUNED and INFEASIBLE -> KILLED,
+  DIVERGED and FAILED -> FAILED.
 
 Every write goes through `mlflow.MlflowClient` with an explicit run id (never the fluent
 active-run stack), so trials in threads, processes or Ray workers on other machines do not
@@ -330,7 +333,9 @@ class TrialRun:
         step = tokens, and every new value to tag ``pbt.<key>`` (the latest one).
         """
         changes = flatten_params(changes)
-        metrics = {f"pbt.{k}": v for k, v in changes.items() if _finite(v) and v is not True}
+        metrics = {
+            f"pbt.{k}": v for k, v in changes.items() if _finite(v) and not isinstance(v, bool)
+        }
         self.log_metrics(metrics, step=int(tokens))
         self._log(tags=[RunTag(f"pbt.{k}", _param_str(v)) for k, v in changes.items()])
 
@@ -393,20 +398,32 @@ class TrialContext:
     experiment_id: str
     parent_run_id: str
 
-    def start_trial(
-        self, number: int, params: Mapping[str, Any] | None = None, *, state: str = "RUNNING"
-    ) -> TrialRun:
-        """Create child run ``trial-<number>`` and log ``params``; use it as a context manager."""
+    def start_trial(self, number: int, params: Mapping[str, Any] | None = None) -> TrialRun:
+        """Create child run ``trial-<number>`` and log ``params``; use it as a context manager.
+
+        Args:
+            number: Trial number (the executor's), tag ``sweep.trial_number``.
+            params: The resolved config, nested (``{"model": {...}, "train": {...}}``) or with
+                dotted keys; see `TrialRun.log_params`.
+
+        Raises:
+            mlflow.exceptions.MlflowException: If the store rejects the run or a param (the
+                run then ends FAILED with the reason).
+        """
         client = MlflowClient(self.tracking_uri)
         tags = {
             MLFLOW_PARENT_RUN_ID: self.parent_run_id,
             TAG_TRIAL_NUMBER: str(number),
-            TAG_STATE: state,
+            TAG_STATE: "RUNNING",
         }
         run = client.create_run(self.experiment_id, tags=tags, run_name=f"trial-{number}")
         trial = TrialRun(client, run.info.run_id, number)
         if params:
-            trial.log_params(params)
+            try:
+                trial.log_params(params)
+            except Exception as exc:
+                trial.end("FAILED", fail_reason=f"logging params: {type(exc).__name__}: {exc}")
+                raise
         return trial
 
     def attach_trial(self, run_id: str) -> TrialRun:

@@ -255,6 +255,17 @@ def test_long_param_goes_to_an_artifact_and_the_rest_is_logged(study):
     assert (root / "params" / "train.note.txt").read_text() == long_value
 
 
+def test_param_the_store_rejects_fails_the_run_with_the_reason(study):
+    from mlflow.exceptions import MlflowException
+
+    ctx, client = study["tracker"].context, study["client"]
+    with pytest.raises(MlflowException):
+        ctx.start_trial(104, {"model": {"d_model!": 64}})
+    (run,) = client.search_runs([ctx.experiment_id], "tags.sweep.trial_number = '104'")
+    assert run.info.status == "FAILED"
+    assert run.data.tags["sweep.fail_reason"].startswith("logging params: MlflowException")
+
+
 def test_long_fail_reason_is_truncated_in_the_tag_and_kept_whole(study):
     ctx, client = study["tracker"].context, study["client"]
     reason = "diverged: " + "y" * MAX_TAG_VAL_LENGTH
