@@ -56,21 +56,22 @@ def _optimizer(model, name):
     return torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, weight_decay=0.1)
 
 
-def _train_step(model, opt, x, y):
-    logits, loss = model(x, y)
+def _train_step(model, opt, x, y, bf16=False):
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
+        logits, loss = model(x, y)
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
 
 
-def measured_cpu_peak(cfg, batch_size, seq_len, optimizer="adamw", math=False):
+def measured_cpu_peak(cfg, batch_size, seq_len, optimizer="adamw", math=False, bf16=False):
     """Peak live bytes of the second (steady-state) training step on CPU."""
     torch.manual_seed(0)
     model = build_model(cfg)
     opt = _optimizer(model, optimizer)
     x = torch.randint(0, cfg.vocab_size, (batch_size, seq_len))
     y = torch.randint(0, cfg.vocab_size, (batch_size, seq_len))
-    _train_step(model, opt, x, y)  # allocates the optimizer state
+    _train_step(model, opt, x, y, bf16)  # allocates the optimizer state
     gc.collect()
     tracker = LiveStorageTracker()
     for t in [*model.parameters(), *model.buffers(), x, y]:
@@ -80,7 +81,7 @@ def measured_cpu_peak(cfg, batch_size, seq_len, optimizer="adamw", math=False):
             tracker.track(t)
     kernel = sdpa_kernel(SDPBackend.MATH) if math else contextlib.nullcontext()
     with kernel, tracker:
-        _train_step(model, opt, x, y)
+        _train_step(model, opt, x, y, bf16)
     return tracker.peak
 
 
@@ -125,6 +126,20 @@ def test_math_backend_estimate_matches_measured_peak():
     fused = estimate(cfg, batch_size=4, attn_backend="sdpa", device="cpu").memory.total
     assert 0.85 <= est / measured <= 1.15, (est, measured)
     assert fused / measured < 0.85  # the fused-kernel estimate would be wrong here
+
+
+@pytest.mark.parametrize("overrides,batch_size", [
+    ({}, 8),
+    ({"vocab_size": 2048}, 4),
+    ({"d_model": 256, "n_heads": 8, "activation": "swiglu", "norm": "rmsnorm"}, 4),
+])
+def test_bf16_autocast_estimate_matches_measured_cpu_peak(overrides, batch_size):
+    # bf16 matmuls with fp32 weights, norms and residual stream, as the trainer on CUDA.
+    cfg = ModelConfig(**{"vocab_size": 256, "seq_len": 128, "d_model": 128, "n_heads": 4,
+                         "n_layers": 2, **overrides})
+    measured = measured_cpu_peak(cfg, batch_size, 128, bf16=True)
+    est = estimate(cfg, batch_size=batch_size, dtype="bf16", device="cpu").memory.total
+    assert 0.85 <= est / measured <= 1.15, (est, measured)
 
 
 CUDA_CASES = [
