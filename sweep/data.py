@@ -55,7 +55,7 @@ class DataError(Exception):
     """A corpus cannot be used; the message names its URI and what is wrong."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Corpus:
     """A prepared corpus.
 
