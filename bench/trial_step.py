@@ -25,8 +25,9 @@ import torch
 
 from models import ModelConfig, build_model
 from sweep.data import load_corpus
+from sweep.optim import decay_groups
 from sweep.train_config import TrainConfig, resolve_budget
-from sweep.trial import NullReporter, Trainer, _decay_groups
+from sweep.trial import NullReporter, Trainer
 
 
 def bare_run(model_config, train_config, corpus) -> float:
@@ -42,7 +43,7 @@ def bare_run(model_config, train_config, corpus) -> float:
     n_evals = max(n_evals, 1)
     torch.manual_seed(train_config.seed)
     model = build_model(model_config)
-    decay, no_decay = _decay_groups(model)
+    decay, no_decay = decay_groups(model)
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}], lr=1e-3, foreach=True)
     eval_at = {round((k + 1) * budget.total_steps / n_evals) for k in range(n_evals)}

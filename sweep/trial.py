@@ -16,9 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -28,6 +26,8 @@ from models.errors import ConfigError
 from sweep import hardware
 from sweep.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from sweep.data import Corpus
+from sweep.optim import build_adamw
+from sweep.outcome import STATES, NullReporter, Reporter, TrialResult
 from sweep.schedule import lr_factor
 from sweep.train_config import TrainConfig, resolve_budget
 
@@ -41,84 +41,7 @@ __all__ = [
     "run_trial",
 ]
 
-STATES = ("COMPLETE", "PRUNED", "DIVERGED", "FAILED")
 _MUTABLE = ("lr", "weight_decay", "dropout", "attn_temperature")
-
-
-@runtime_checkable
-class Reporter(Protocol):
-    """What an executor gives the runner: a sink for evaluations and a pruning signal."""
-
-    def report(self, tokens: int, metrics: dict[str, float]) -> None:
-        """Receive the metrics of an evaluation after ``tokens`` training tokens."""
-
-    def should_stop(self) -> bool:
-        """Whether to stop the trial now (it ends as ``PRUNED``)."""
-
-
-class NullReporter:
-    """A reporter that records nothing and never prunes."""
-
-    def report(self, tokens: int, metrics: dict[str, float]) -> None:
-        pass
-
-    def should_stop(self) -> bool:
-        return False
-
-
-@dataclass
-class TrialResult:
-    """Outcome of a trial (or of the training done so far, between chunks).
-
-    Attributes:
-        state: ``COMPLETE``, ``PRUNED``, ``DIVERGED`` or ``FAILED``; ``RUNNING`` between chunks.
-        best_val_loss: Lowest finite ``val_loss`` (nats/token), nan if none.
-        final_val_loss: ``val_loss`` of the last evaluation, nan if none.
-        tokens: Training tokens seen.
-        steps: Optimizer steps taken.
-        wall_s: Wall time of training and evaluation, seconds.
-        train_flops: tokens * ``models.cost.flops_per_token(config, train=True)``.
-        mfu: Model FLOPs utilisation of the training steps, None where the peak is unknown.
-        n_params: Parameters of the model (tied weights once).
-        baseline_unigram_loss: The corpus's unigram entropy on val, nats/token.
-        entropy_rate: The corpus's entropy rate (synthetic sources), else None.
-        fail_reason: Why a trial diverged or failed, else None.
-        history: One dict per evaluation: ``tokens`` and the reported metrics.
-    """
-
-    state: str
-    best_val_loss: float
-    final_val_loss: float
-    tokens: int
-    steps: int
-    wall_s: float
-    train_flops: float
-    mfu: float | None
-    n_params: int
-    baseline_unigram_loss: float
-    entropy_rate: float | None = None
-    fail_reason: str | None = None
-    history: list[dict[str, float]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-value dict (JSON-serialisable; nan stays a float)."""
-        return asdict(self)
-
-
-def _decay_groups(model: torch.nn.Module) -> tuple[list, list]:
-    """Split parameters: Linear weights decay; embeddings, norms and biases do not.
-
-    A tied output projection shares the embedding's tensor and is listed once, as an embedding.
-    """
-    decay, no_decay, seen = [], [], set()
-    for module in model.modules():
-        for name, p in module.named_parameters(recurse=False):
-            if id(p) in seen or not p.requires_grad:
-                continue
-            seen.add(id(p))
-            is_matrix = isinstance(module, torch.nn.Linear) and name == "weight"
-            (decay if is_matrix else no_decay).append(p)
-    return decay, no_decay
 
 
 class Trainer:
@@ -160,14 +83,7 @@ class Trainer:
         self._rng_cuda = self._cuda_seed_state(train_config.seed)
         self.n_params = self.model.num_params()
         self._forward = torch.compile(self.model) if train_config.compile else self.model
-        decay, no_decay = _decay_groups(self.model)
-        cuda = self.device.type == "cuda"
-        self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": train_config.weight_decay},
-             {"params": no_decay, "weight_decay": 0.0}],
-            lr=train_config.lr, betas=train_config.betas, fused=cuda or None,
-            foreach=None if cuda else True,
-        )
+        self.optimizer = build_adamw(self.model, train_config, self.device)
         self.lr = train_config.lr
         self._val = [
             (torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device))
