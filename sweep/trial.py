@@ -76,7 +76,8 @@ class Trainer:
         self.budget = resolve_budget(train_config, model_config)
         self.device = hardware.pick_device(str(device) if device else train_config.device)
         self.amp_dtype = hardware.autocast_dtype(train_config.precision, self.device)
-        with torch.random.fork_rng(devices=[]):
+        cuda_devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda_devices):  # leave the caller's RNGs alone
             torch.manual_seed(train_config.seed)
             self.model = build_model(model_config, device=self.device)
             self._rng_cpu = torch.get_rng_state()
