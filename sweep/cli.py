@@ -181,8 +181,8 @@ def _print_top_trials(summary, top: int = 5) -> None:
     table = Table(title=f"top trials of {summary.name}")
     shown = [c for c in ("trial", "state", "best_val_loss", "n_params", "flops_per_token")
              if c in frame.columns]
-    params = [c for c in frame.columns if c.startswith("model.") and frame[c].astype(str).nunique() > 1]
-    params += [c for c in frame.columns if c.startswith("train.") and frame[c].astype(str).nunique() > 1]
+    params = [c for c in frame.columns if c.startswith(("model.", "train."))
+              and frame[c].astype(str).nunique() > 1]  # the searched ones
     for column in shown + params:
         table.add_column(column.split(".", 1)[-1])
     for _, row in frame.head(top).iterrows():

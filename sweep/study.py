@@ -1,0 +1,137 @@
+"""Run a study end to end: the driver behind ``sweep run``.
+
+Data flow (DESIGN.md): the validated spec -> the study's MLflow parent run -> the corpus,
+prepared once -> the executor's trials (each through `sweep.objective.evaluate`) -> the parent
+run's summary (best val loss, counts per state, ``trials.csv``, best config, plots).
+
+Everything a study writes goes under its output folder, ``./runs/<name>/`` by default: the
+corpus cache (``data/``), the Optuna journal, checkpoints and the default MLflow store
+(``mlflow.db`` with artifacts in ``mlartifacts/``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweep.data import load_corpus
+from sweep.executors import get_executor
+from sweep.objective import StudyContext
+from sweep.progress import ProgressView
+from sweep.spec import StudySpec, spec_hash
+from sweep.tracking import StudyTracker
+
+__all__ = ["StudySummary", "algorithm_name", "run_study"]
+
+
+@dataclass
+class StudySummary:
+    """What ``sweep run`` reports at the end.
+
+    Attributes:
+        name: Study name.
+        out_dir: The study's output folder.
+        tracking_uri: The MLflow store holding its runs.
+        parent_run_id: The study's parent run.
+        state: ``COMPLETE`` when at least one trial completed, else ``FAILED``.
+        counts: Trials per state.
+        best_val_loss: Best val loss over completed trials, nats/token (nan if none).
+        best_trial: Its trial number.
+        baseline_unigram_loss: The corpus's unigram entropy on val, nats/token.
+    """
+
+    name: str
+    out_dir: Path
+    tracking_uri: str
+    parent_run_id: str
+    state: str
+    counts: dict[str, int] = field(default_factory=dict)
+    best_val_loss: float = math.nan
+    best_trial: int | None = None
+    baseline_unigram_loss: float = math.nan
+
+
+def algorithm_name(spec: StudySpec) -> str:
+    """Tag ``sweep.algorithm``: sampler and pruner (Optuna) or search and scheduler (Ray)."""
+    s = spec.search
+    if s.executor == "ray":
+        return f"{s.sampler}+{s.scheduler}"
+    return f"{s.sampler}+{s.pruner}"
+
+
+def with_overrides(spec: StudySpec, *, executor: str | None = None,
+                   n_trials: int | None = None) -> StudySpec:
+    """The spec with ``--executor`` / ``--trials`` applied (validated again).
+
+    Raises:
+        SpecError: If the override makes the spec invalid (e.g. PBT with the Optuna executor).
+    """
+    from sweep.spec import parse_spec
+
+    if executor is None and n_trials is None:
+        return spec
+    data = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if executor is not None:
+        data["search"]["executor"] = executor
+        for key in ("pruner", "scheduler"):  # re-derive the executor's defaults
+            if key not in spec.search.model_fields_set:
+                data["search"].pop(key, None)
+    if n_trials is not None:
+        data["search"]["n_trials"] = n_trials
+    return parse_spec(data)
+
+
+def run_study(
+    spec: StudySpec,
+    *,
+    out_dir: Path | str | None = None,
+    quiet: bool = False,
+    ray_address: str | None = None,
+    device: str | None = None,
+    console: Any = None,
+) -> StudySummary:
+    """Run ``spec``'s trials with its executor and summarise them in MLflow.
+
+    A study whose folder already holds runs of the same name is resumed: its Optuna study
+    continues and the parent run is reopened.
+
+    Args:
+        spec: The validated spec (with any CLI overrides applied).
+        out_dir: Output folder; default ``./runs/<name>``.
+        quiet: No progress display.
+        ray_address: Ray cluster address for the ``ray`` executor (default: local Ray).
+        device: Training device override (``cpu``, ``cuda``...); default: the train config's.
+        console: A rich Console for the progress view.
+
+    Returns:
+        The `StudySummary`.
+
+    Raises:
+        sweep.tracking.ResumeError: The stored study cannot continue under this spec.
+        sweep.data.DataError: The corpus cannot be prepared.
+    """
+    out = Path(out_dir) if out_dir is not None else spec.default_output_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    uri = spec.tracking_uri(out)
+    plain = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    executor = get_executor(spec.search.executor)
+    # Bad data fails here, before any run is written.
+    corpus = load_corpus(spec.data.uri, out / "data", vocab_size=spec.data.vocab_size)
+    tracker = StudyTracker.start(uri, spec.tracking.experiment, plain,
+                                 executor=spec.search.executor, algorithm=algorithm_name(spec),
+                                 resume=True, spec_hash=spec_hash(spec))
+    with tracker:
+        tracker.log_baseline(corpus.baseline_unigram_loss)
+        ctx = StudyContext(spec, out, tracker.context, device=device, _corpus=[corpus])
+        with ProgressView(spec.name, spec.search.n_trials, quiet=quiet,
+                          console=console) as view:
+            study = executor.run(ctx, spec.search.n_trials, view, address=ray_address)
+        names = list(spec.search.objectives) if len(spec.search.objectives) > 1 else None
+        result = tracker.finish(optuna_study=study, objective_names=names)
+    return StudySummary(
+        name=spec.name, out_dir=out, tracking_uri=uri, parent_run_id=tracker.parent_run_id,
+        state=result["state"], counts=result["counts"], best_val_loss=result["best_val_loss"],
+        best_trial=result["best_trial"], baseline_unigram_loss=corpus.baseline_unigram_loss,
+    )
