@@ -13,6 +13,11 @@ the loss of the Bayes-optimal predictor that sees the whole past, the floor no m
   and its value (Ba et al. 2016; Zoology, Arora et al. 2023). Per period of 2P + 2 tokens the
   information is sum_{i<P} log(n_keys - i) + P log(n_values) + log P; the answer is determined.
 
+The entropy rate assumes the whole past is visible. A model sees windows of ``seq_len`` tokens
+starting anywhere, so its achievable loss is higher near a window's start: by at most
+(K / seq_len) log V for the Markov source, and substantially for ``copy`` and
+``associative-recall`` unless ``seq_len`` spans many periods.
+
 Sources are generated as ``n_chains`` independent streams laid end to end (vectorised over the
 chains). At a seam the first symbol does not follow the previous chain's context, so the
 empirical loss floor exceeds H by at most (n_chains / n_tokens) * log V, under 1e-4 nats at the
