@@ -17,7 +17,7 @@ from sweep.data import Corpus, load_corpus
 from sweep.train_config import BUDGET_FIELDS, TrainConfig
 from sweep.trial import Reporter, Trainer, TrialResult
 
-__all__ = ["DEFAULT_BUDGET_TOKENS", "TrainRequest", "result_json", "split_sets"]
+__all__ = ["DEFAULT_BUDGET_TOKENS", "PrintReporter", "TrainRequest", "result_json", "split_sets"]
 
 DEFAULT_BUDGET_TOKENS = 200_000
 
