@@ -30,7 +30,9 @@ def bad_input(message: str) -> NoReturn:
 
 
 def parse_sets(pairs: list[str] | None) -> dict[str, object]:
-    """Parse ``--set key=value`` flags; values are read as YAML scalars (ints, floats, bools).
+    """Parse ``--set key=value`` flags; values are YAML scalars (ints, floats, bools, lists).
+
+    ``3e-4`` is read as a number.
 
     Raises:
         typer.Exit: With status 2 for a flag without ``=``.
@@ -43,9 +45,16 @@ def parse_sets(pairs: list[str] | None) -> dict[str, object]:
         if not sep or not key.strip():
             bad_input(f"--set {pair!r} must have the form key=value")
         try:
-            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else raw
+            value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError:
-            out[key.strip()] = raw
+            value = raw
+        if isinstance(value, str):
+            # PyYAML follows YAML 1.1, which reads 3e-4 as a string; users mean a number.
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        out[key.strip()] = value
     return out
 
 

@@ -22,18 +22,8 @@ __all__ = ["DEFAULT_BUDGET_TOKENS", "PrintReporter", "TrainRequest", "result_jso
 DEFAULT_BUDGET_TOKENS = 200_000
 
 
-def _number(value: Any) -> Any:
-    # YAML 1.1 (PyYAML) reads 3e-4 as a string: it wants 3.0e-4. Accept what users type.
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
 def split_sets(sets: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split dotted ``--set`` keys into (model fields, train fields); ``3e-4`` is a number.
+    """Split dotted ``--set`` keys into (model fields, train fields).
 
     Raises:
         ConfigError: For a key that is not ``model.FIELD`` or ``train.FIELD``.
@@ -43,7 +33,7 @@ def split_sets(sets: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         section, _, name = key.partition(".")
         if section not in ("model", "train") or not name:
             raise ConfigError(f"--set {key}: keys are model.FIELD or train.FIELD")
-        (model if section == "model" else train)[name] = _number(value)
+        (model if section == "model" else train)[name] = value
     return model, train
 
 

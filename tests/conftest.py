@@ -1,11 +1,9 @@
-import os
-
 import pytest
 import torch
 
-# CI machines have 2 cores; keep intra-op threads bounded so parallel Ray/Optuna workers in
-# tests do not oversubscribe them.
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# Test models are tiny: one intra-op thread is as fast as two and leaves the second core to
+# the worker processes (Optuna, Ray, MLflow servers) that tests start.
+torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items):
