@@ -61,6 +61,10 @@ def parse_sets(pairs: list[str] | None) -> dict[str, object]:
 @app.callback()
 def main() -> None:
     """Hyperparameter search and scaling studies for transformer models."""
+    import logging
+
+    # MLflow announces every store migration at INFO; the commands report what matters.
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
 
 
 @app.command()
@@ -184,23 +188,20 @@ def _print_top_trials(summary, top: int = 5) -> None:
 
     from rich.table import Table
 
+    from sweep.progress import format_params
     from sweep.results import load_results
 
     frame = load_results(summary.out_dir, tracking_uri=summary.tracking_uri)
-    table = Table(title=f"top trials of {summary.name}")
-    shown = [c for c in ("trial", "state", "best_val_loss", "n_params", "flops_per_token")
-             if c in frame.columns]
-    params = [c for c in frame.columns if c.startswith(("model.", "train."))
-              and frame[c].astype(str).nunique() > 1]  # the searched ones
-    for column in shown + params:
-        table.add_column(column.split(".", 1)[-1])
+    searched = [c for c in frame.columns if c.startswith(("model.", "train."))
+                and frame[c].astype(str).nunique() > 1]
+    table = Table("trial", "state", "best val_loss", "n_params", "searched params",
+                  title=f"top trials of {summary.name}")
     for _, row in frame.head(top).iterrows():
-        cells = []
-        for column in shown + params:
-            v = row[column]
-            cells.append(f"{v:.4g}" if isinstance(v, float) and math.isfinite(v)
-                         else "-" if isinstance(v, float) else str(v))
-        table.add_row(*cells)
+        loss = row.get("best_val_loss", math.nan)
+        table.add_row(str(row["trial"]), row["state"],
+                      f"{loss:.4f}" if math.isfinite(loss) else "-",
+                      f"{row.get('n_params', math.nan):,.0f}",
+                      format_params({c: row[c] for c in searched}, limit=len(searched)))
     console.print(table)
     counts = ", ".join(f"{v} {k.lower()}" for k, v in summary.counts.items() if v)
     best = (f"{summary.best_val_loss:.4f} (trial {summary.best_trial})"

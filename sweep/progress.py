@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["ProgressView", "TrialRow"]
+__all__ = ["ProgressView", "TrialRow", "format_params"]
 
 _FINAL = ("COMPLETE", "PRUNED", "FAILED", "INFEASIBLE", "DIVERGED")
 
@@ -44,7 +44,9 @@ class TrialRow:
     reason: str | None = None
 
 
-def _short(params: dict, limit: int = 6) -> str:
+def format_params(params: dict, limit: int = 6) -> str:
+    """``name=value`` pairs of the first ``limit`` params (section prefixes dropped)."""
+
     def fmt(v):
         return f"{v:.3g}" if isinstance(v, float) else str(v)
 
@@ -104,7 +106,7 @@ class ProgressView:
         text = Text.assemble(
             f"trial {row.number:>3} ", (f"{row.state:<10}", colour),
             f" best val_loss {_loss(row.best_val_loss):>8}  tokens {row.tokens:>9,}  ",
-            _short(row.params),
+            format_params(row.params),
         )
         if row.reason:
             text.append(f"  ({row.reason})", style="dim")
@@ -130,6 +132,6 @@ class ProgressView:
             table.add_column(column)
         for row in self._rows:
             if row.state == "RUNNING":
-                table.add_row(str(row.number), _short(row.params), f"{row.tokens:,}",
+                table.add_row(str(row.number), format_params(row.params), f"{row.tokens:,}",
                               _loss(row.val_loss), row.state)
         return Group(table, Text(self.summary()))

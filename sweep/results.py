@@ -281,7 +281,8 @@ def study_figures(
                     f"needs >= {fewest} complete trials, the study has {len(complete)}"
                 )
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                # Optuna's experimental and small-sample notices are not the user's problem.
+                warnings.simplefilter("ignore")
                 drawn = draw()
             figure = getattr(drawn, "figure", drawn)
             figure.tight_layout()
