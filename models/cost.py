@@ -34,7 +34,6 @@ Memory: see `estimate`.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -55,7 +54,6 @@ __all__ = [
     "flops_per_token",
     "non_embedding_param_count",
     "param_count",
-    "time_estimate",
 ]
 
 DTYPES = ("fp32", "bf16")
@@ -502,20 +500,3 @@ def estimate(
         device=device,
         attn_layout=_layout_summary(layout, kept, t),
     )
-
-
-def time_estimate(config: ModelConfig, *, n_calls: int = 10_000, **kwargs: Any) -> float:
-    """Seconds per `estimate` call, averaged over ``n_calls`` calls (for benchmarks).
-
-    Args:
-        config: The model to price.
-        n_calls: Number of calls timed with ``time.perf_counter``.
-        **kwargs: Passed to `estimate`.
-
-    Returns:
-        Mean wall-clock seconds per call.
-    """
-    start = time.perf_counter()
-    for _ in range(n_calls):
-        estimate(config, **kwargs)
-    return (time.perf_counter() - start) / n_calls
