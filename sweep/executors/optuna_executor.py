@@ -24,10 +24,8 @@ from optuna.trial import TrialState
 from sweep import space
 from sweep.objective import StudyContext, evaluate, objective_values
 from sweep.progress import ProgressView, TrialRow
-from sweep.tracking import ResumeError
 
-__all__ = ["OptunaReporter", "check_resumable", "create_study", "make_storage", "run",
-           "run_worker"]
+__all__ = ["OptunaReporter", "create_study", "make_storage", "run", "run_worker"]
 
 _CONSTRAINED_SAMPLERS = ("tpe", "gp", "nsga2")
 _STATE_ATTR = "sweep.state"
@@ -107,50 +105,6 @@ def _objective(ctx: StudyContext):
     return objective
 
 
-def check_resumable(study: optuna.Study, spec) -> None:
-    """Refuse to resume a study whose categorical choices changed.
-
-    Optuna cannot compare a categorical parameter's values across different choice lists (its
-    samplers fail deep inside), so a changed list is refused up front.
-
-    Raises:
-        ResumeError: Naming the parameter and both choice lists.
-    """
-    dists: dict[str, Any] = {}
-    for trial in study.get_trials(deepcopy=False):
-        for name, dist in trial.distributions.items():
-            dists.setdefault(name, dist)
-    if not dists:
-        return
-    new = _distributions(spec)
-    for name, old in dists.items():
-        if name in new and isinstance(old, optuna.distributions.CategoricalDistribution):
-            now = new[name]
-            if not isinstance(now, optuna.distributions.CategoricalDistribution) \
-                    or tuple(now.choices) != tuple(old.choices):
-                raise ResumeError(
-                    f"cannot resume study {study.study_name!r}: {name} had choices "
-                    f"{list(old.choices)} and now has "
-                    f"{list(getattr(now, 'choices', [])) or now}; start a new study "
-                    "(another name or --out) to search the new choices"
-                )
-
-
-def _distributions(spec) -> dict[str, Any]:
-    """The Optuna distributions the spec's space suggests (conditional ones included)."""
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    found: dict[str, Any] = {}
-    for _ in range(32):
-        trial = study.ask()
-        try:
-            space.suggest(trial, spec)
-        except space.InvalidConfig:
-            pass
-        found.update(trial.distributions)
-        study.tell(trial, state=TrialState.FAIL)
-    return found
-
-
 def create_study(ctx: StudyContext, *, seed_offset: int = 0) -> optuna.Study:
     """Create or load the study in its storage, with the spec's sampler and pruner."""
     spec = ctx.spec
@@ -217,12 +171,8 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
 
     Returns:
         The Optuna study.
-
-    Raises:
-        ResumeError: The stored study's categorical choices differ from the spec's.
     """
     study = create_study(ctx)
-    check_resumable(study, ctx.spec)
     n_trials = max(0, n_trials - len(study.get_trials(deepcopy=False)))
     parallel = max(1, min(ctx.spec.search.parallel, n_trials))
     stop = threading.Event()

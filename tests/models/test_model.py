@@ -132,7 +132,7 @@ def test_gpt2_style_initialisation_scales_residual_projections():
     std_other = model.blocks[0].attn.c_attn.weight.std().item()
     assert std_other == pytest.approx(0.02, rel=0.05)
     assert std_resid == pytest.approx(0.02 / math.sqrt(2 * 8), rel=0.05)
-    assert float(model.blocks[0].attn.c_attn.bias.abs().max()) == 0.0
+    assert float(model.blocks[0].attn.c_attn.bias.detach().abs().max()) == 0.0
 
 
 def test_live_temperature_and_dropout_changes():
