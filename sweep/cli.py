@@ -61,10 +61,10 @@ def parse_sets(pairs: list[str] | None) -> dict[str, object]:
 @app.callback()
 def main() -> None:
     """Hyperparameter search and scaling studies for transformer models."""
-    import logging
+    import os
 
     # MLflow announces every store migration at INFO; the commands report what matters.
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 
 @app.command()
