@@ -1,7 +1,6 @@
 import json
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from sweep.cli import app
@@ -10,13 +9,6 @@ MARKOV = "synthetic:markov?order=1&vocab=12&seed=2&tokens=30000"
 SMALL = ["--set", "model.seq_len=32", "--set", "model.d_model=32", "--set", "model.n_layers=1",
          "--set", "train.batch_size=8", "--set", "train.lr=1e-2"]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _run(args):

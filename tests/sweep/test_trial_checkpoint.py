@@ -13,15 +13,6 @@ TRAIN = TrainConfig(tokens=8192, batch_size=4, grad_accum=2, eval_every=1024, pr
                     warmup=0.2)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # These models are tiny: intra-op threads only add synchronisation, which on a loaded
-    # 2-core machine costs far more than the matmuls.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):

@@ -12,15 +12,6 @@ from sweep.trial import NullReporter, Reporter, TrainConfig, Trainer, run_trial
 MARKOV = "synthetic:markov?order=1&vocab=16&alpha=0.3&seed=0&tokens=200000"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # These models are tiny: intra-op threads only add synchronisation, which on a loaded
-    # 2-core machine costs far more than the matmuls.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 @pytest.fixture(scope="module")
 def markov(tmp_path_factory):
