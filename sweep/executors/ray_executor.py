@@ -23,8 +23,11 @@ trainable's last report carries ``sweep_state`` and ``val_loss`` = the trial's b
 (what the Optuna executor tells its sampler). A trial that a scheduler stops is ended by Ray:
 the driver-side `_Tracker` callback ends its MLflow run ``PRUNED`` (when the trial did not get
 to record it itself) with the tokens it had trained. Infeasible trials train nothing and report
-once with val loss = the corpus's unigram baseline, so schedulers and samplers carry on; trials
-that raise end ``FAILED`` and the study continues.
+once with val loss = the corpus's unigram baseline, so schedulers and samplers carry on (the
+sampler sees that penalty, not constraint values as under the Optuna executor); trials that
+raise end ``FAILED`` and the study continues. ``search.parallel`` caps concurrent trials of a
+search; PBT members share what the cluster's CPUs/GPUs allow (``resources``), and members
+waiting for a slot are paused and resumed from their own checkpoints.
 
 Population-based training: Ray Tune cannot combine a search algorithm with PBT, so the initial
 population is `sweep.space.sample_params` (``search.n_trials`` members, seed ``search.seed``),
@@ -56,6 +59,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -382,6 +386,7 @@ def _pbt_trainable(ctx: StudyContext, offset: int, population: list[dict[str, An
             return
         checkpoint = tune.get_checkpoint()
         trainer = Trainer(model, train, ctx.corpus(), device=ctx.device)
+        replayed = -1
         if checkpoint is None:
             run = start_run(ctx, number, model, train)
             device = ctx.device or train.device
@@ -401,7 +406,9 @@ def _pbt_trainable(ctx: StudyContext, offset: int, population: list[dict[str, An
             run = ctx.tracking.attach_trial(run_id)
             values = {path.split(".", 1)[1]: config[path] for path in mutated if path in config}
             _apply_hparams(trainer, values)
-            if meta["number"] != number:  # exploited: the donor's weights, mutated config
+            if meta["number"] == number:
+                replayed = run.last_step
+            else:  # exploited: the donor's weights, mutated config
                 changes = {path: config[path] for path in mutated if path in config}
                 # Keys the donor's config brought that differ from this member's own draw
                 # (searched shape fields: the donor's weights come with the donor's shape).
@@ -409,7 +416,7 @@ def _pbt_trainable(ctx: StudyContext, offset: int, population: list[dict[str, An
                                 and population[index].get(k, v) != v})
                 run.log_mutation(trainer.tokens_seen, {**changes, "donor": meta["number"]})
         try:
-            _train_member(trainer, run, number, interval)
+            _train_member(trainer, run, number, interval, replayed)
         except (SystemExit, _Ended):  # Ray ended this incarnation (exploit, pause)
             return  # the run stays open for the next one
         except Exception as exc:
@@ -422,27 +429,34 @@ def _pbt_trainable(ctx: StudyContext, offset: int, population: list[dict[str, An
 class _MemberLog:
     """`sweep.trial.Reporter` of a PBT member: MLflow at every evaluation while Ray runs it."""
 
-    def __init__(self, run: TrialRun) -> None:
-        self.run = run
+    def __init__(self, run: TrialRun, replayed: int = -1) -> None:
+        self.run, self.replayed = run, replayed
 
     def report(self, tokens: int, metrics: dict[str, float]) -> None:
         if not _session_alive():
             raise _Ended
-        self.run.report(tokens, metrics)
+        if tokens > self.replayed:
+            self.run.report(tokens, metrics)
 
     def should_stop(self) -> bool:
         return False
 
 
-def _train_member(trainer: Trainer, run: TrialRun, number: int, interval: int) -> None:
+def _train_member(trainer: Trainer, run: TrialRun, number: int, interval: int,
+                  replayed: int = -1) -> None:
     """Train in chunks, reporting each to Ray with a checkpoint; end the run at the end.
+
+    Ray lets a function trainable's thread run on while the driver decides on its last report,
+    so a member paused there has already logged evaluations past its checkpoint; resumed from
+    that checkpoint it retrains them exactly, and evaluations up to ``replayed`` tokens (the
+    run's last logged step) are not logged again.
 
     Raises:
         _Ended: Ray ended this incarnation (the run is left open).
     """
     from ray import tune
 
-    tee = _MemberLog(run)  # MLflow at every evaluation; Ray once per chunk
+    tee = _MemberLog(run, replayed)  # MLflow at every evaluation; Ray once per chunk
     while True:
         target = (trainer.tokens_seen // interval + 1) * interval
         result = trainer.train(tee, until_tokens=target)
@@ -484,6 +498,7 @@ def _tracker_class():
         def __init__(self, ctx: StudyContext, view: ProgressView, offset: int) -> None:
             self.ctx, self.view, self.offset = ctx, view, offset
             self.rows: dict[str, TrialRow] = {}
+            self._best = math.nan  # best val loss of the run `_end_run` ended last
 
         def _number(self, trial: Any) -> int:
             config = trial.config
@@ -603,7 +618,11 @@ def _quiet_tune():
     level = logger.level
     logger.setLevel(logging.WARNING)
     try:
-        yield
+        with warnings.catch_warnings():
+            # Actor reuse would restart a PBT member's thread in place; Ray cannot stop a
+            # function trainable's thread, so members restart in fresh actors.
+            warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
+            yield
     finally:
         logger.setLevel(level)
         if old is None:
