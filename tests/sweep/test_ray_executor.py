@@ -289,3 +289,23 @@ def test_pbt_exploits_the_better_member_and_mutates_its_lr(tmp_path):
     assert first_step > step
     assert first_loss < before[-1][1] - 0.1
     assert abs(first_loss - good_losses[first_step]) < 0.1
+
+
+def test_pbt_mutations_stay_in_their_domain():
+    from ray.tune.schedulers.pbt import _explore
+
+    from sweep.executors import ray_executor
+
+    spec = make_spec("ray-pbt-domain", train={"schedule": "constant"}, search={
+        "scheduler": "pbt", "n_trials": 2,
+        "pbt": {"perturbation_interval": 4096, "resample_probability": 0.0,
+                "hyperparam_mutations": {"lr": {"float": [1e-3, 3e-2], "log": True},
+                                         "dropout": {"float": [0.0, 0.2]}}}})
+    scheduler = ray_executor.make_scheduler(spec)
+    config = {"train.lr": 3e-2, "model.dropout": 0.2, "sweep.member": 0}
+    for _ in range(20):  # x1.2 at the top of the range must come back to the bound
+        new, _ = _explore(config, scheduler._hyperparam_mutations, 0.0, (1.2, 0.8),
+                          scheduler._custom_explore_fn)
+        assert 1e-3 <= new["train.lr"] <= 3e-2 and 0.0 <= new["model.dropout"] <= 0.2
+        assert new["train.lr"] in (3e-2, pytest.approx(3e-2 * 0.8))
+    assert ray_executor.member_index("a1b2c_00003") == 3
