@@ -65,11 +65,13 @@ from typing import Any
 
 import optuna
 
+from models.errors import ConfigError
 from sweep import space
 from sweep.objective import StudyContext, evaluate, start_run
 from sweep.progress import ProgressView, TrialRow
 from sweep.spec import PBT_MUTABLE, ChoiceDomain, IntDomain, StudySpec
 from sweep.tracking import TrialContext, TrialRun, cost_metrics, read_trials
+from sweep.train_config import resolve_budget
 from sweep.trial import Trainer
 
 __all__ = ["TuneReporter", "budget_tokens", "find_trial_run", "init_ray", "make_scheduler",
@@ -128,8 +130,6 @@ def budget_tokens(spec: StudySpec, n_samples: int = 32) -> tuple[int, int] | Non
     Resolved with `sweep.train_config.resolve_budget` for the space's two corners and
     ``n_samples`` random configs (FLOP budgets give small models more tokens).
     """
-    from sweep.train_config import resolve_budget
-
     if spec.budget()[0] == "seconds":
         return None
     tokens = []
@@ -143,12 +143,13 @@ def budget_tokens(spec: StudySpec, n_samples: int = 32) -> tuple[int, int] | Non
     return (min(tokens), max(tokens)) if tokens else None
 
 
-def make_scheduler(spec: StudySpec, population: list[dict[str, Any]] | None = None) -> Any:
+def make_scheduler(spec: StudySpec) -> Any:
     """The Ray Tune scheduler ``search.scheduler`` names (time attribute: tokens trained).
 
     ASHA and async Hyperband get ``max_t`` above the largest budget (trials end on their own
     budget, never at ``max_t``) and a grace period of a ninth of the smallest budget; the
-    median rule starts judging after that grace period with 3 trials.
+    median rule starts judging after that grace period with 3 trials. A seconds budget is
+    measured in Ray's ``time_total_s`` (wall time of the trial, startup included).
     """
     from ray.tune import schedulers
 
@@ -165,8 +166,13 @@ def make_scheduler(spec: StudySpec, population: list[dict[str, Any]] | None = No
     if s.scheduler == "none":
         return schedulers.FIFOScheduler()
     bounds = budget_tokens(spec)
-    if bounds is None:
-        time_attr, max_t, grace = "time_total_s", float(spec.budget()[1]) * 1.5, 1.0
+    kind, budget = spec.budget()
+    if kind == "seconds":
+        top = max(budget.options) if isinstance(budget, ChoiceDomain) else \
+            budget.bounds[1] if hasattr(budget, "bounds") else budget
+        time_attr, max_t, grace = "time_total_s", float(top) * 1.5, float(top) / 9
+    elif bounds is None:  # no valid config in the space: every trial is infeasible anyway
+        time_attr, max_t, grace = "tokens", 2**62, 1
     else:
         time_attr, max_t, grace = "tokens", int(bounds[1] * 1.5) + 1, max(1, bounds[0] // 9)
     if s.scheduler == "median":
@@ -221,22 +227,28 @@ class _Ended(BaseException):
 class TuneReporter:
     """`sweep.trial.Reporter` that sends each evaluation to `ray.tune.report`.
 
-    Each report is ``{**metrics, "tokens": tokens, **extra}``. When Ray ends the trial while it
+    Each report is ``{**metrics, "tokens": tokens, **extra}``, except the evaluation at
+    ``budget_tokens`` (the end of the budget): the trainable's final report, with the trial's
+    state, stands for it, so a scheduler rung there cannot turn a finished trial into a pruned
+    one. When Ray ends the trial while it
     waits in ``report`` (a scheduler stopped it), the session exits the thread with
     ``SystemExit``, or it has shut the session down by the next evaluation; either becomes
     ``should_stop() == True`` so the trial ends ``PRUNED`` in MLflow and nothing more is
     reported.
     """
 
-    def __init__(self, extra: dict[str, Any] | None = None) -> None:
+    def __init__(self, extra: dict[str, Any] | None = None, *,
+                 budget_tokens: int | None = None) -> None:
         self.extra = dict(extra or {})
+        self.budget_tokens = budget_tokens
         self.stopped = False
 
     def report(self, tokens: int, metrics: dict[str, float]) -> None:
         from ray import tune
 
-        if self.stopped:
-            return
+        if self.stopped or (self.budget_tokens is not None and tokens >= self.budget_tokens
+                            and STATE_KEY not in metrics):
+            return  # the evaluation at the budget's end goes with the final report
         if not _session_alive():
             self.stopped = True
             return
@@ -275,11 +287,17 @@ def _search_trainable(ctx: StudyContext):
         except space.InvalidConfig as err:
             configs = err
         cost_extra: dict[str, float] = {}
-        if not isinstance(configs, Exception) and len(spec.search.objectives) > 1:
-            device = ctx.device or configs[1].device
-            _, _, estimate = space.check_constraints(spec, *configs, device=device)
-            cost_extra = _cost_report(spec, cost_metrics(estimate))
-        reporter = TuneReporter(cost_extra)
+        total = None
+        if not isinstance(configs, Exception):
+            if len(spec.search.objectives) > 1:
+                device = ctx.device or configs[1].device
+                _, _, estimate = space.check_constraints(spec, *configs, device=device)
+                cost_extra = _cost_report(spec, cost_metrics(estimate))
+            try:
+                total = resolve_budget(configs[1], configs[0]).total_tokens
+            except ConfigError:  # the trainer raises it again, inside the trial's run
+                pass
+        reporter = TuneReporter(cost_extra, budget_tokens=total)
         outcome = evaluate(ctx, number, configs, reporter, raw_params=params)
         final = {STATE_KEY: outcome.state, RUN_ID_KEY: outcome.run_id,
                  **_cost_report(spec, outcome.cost)}
