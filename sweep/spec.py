@@ -417,8 +417,16 @@ class StudySpec(BaseModel):
         return self.search.storage or str(Path(out_dir) / "optuna.journal")
 
     def tracking_uri(self, out_dir: str | Path) -> str:
-        """MLflow tracking URI: the spec's, else ``sqlite:///<out>/mlflow.db``."""
-        return self.tracking.uri or f"sqlite:///{Path(out_dir) / 'mlflow.db'}"
+        """MLflow tracking URI: the spec's, ``MLFLOW_TRACKING_URI``, or the study's SQLite file.
+
+        The last is ``sqlite:///<out>/mlflow.db`` with an absolute path.
+        """
+        import os
+
+        from sweep.tracking import default_tracking_uri
+
+        return (self.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
+                or default_tracking_uri(out_dir))
 
     def default_output_dir(self) -> Path:
         return Path("runs") / self.name

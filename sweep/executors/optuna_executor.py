@@ -126,7 +126,7 @@ def create_study(ctx: StudyContext, *, seed_offset: int = 0) -> optuna.Study:
 def _optimize(ctx: StudyContext, n_trials: int, seed_offset: int) -> None:
     study = create_study(ctx, seed_offset=seed_offset)
     study.optimize(_objective(ctx), n_trials=n_trials, catch=(Exception,),
-                   timeout=ctx.spec.search.timeout_s, gc_after_trial=True)
+                   timeout=ctx.spec.search.timeout_s)
 
 
 def _worker_main(ctx: StudyContext, n_trials: int, seed_offset: int, threads: int) -> None:
@@ -186,7 +186,7 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
     try:
         if n_trials and parallel == 1:
             study.optimize(_objective(ctx), n_trials=n_trials, catch=(Exception,),
-                           timeout=ctx.spec.search.timeout_s, gc_after_trial=True)
+                           timeout=ctx.spec.search.timeout_s)
         elif n_trials:
             mp = multiprocessing.get_context("spawn")  # no forked torch/MLflow state
             threads = max(1, (os.cpu_count() or 1) // parallel)

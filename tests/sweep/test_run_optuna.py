@@ -228,3 +228,25 @@ def test_multi_objective_study_logs_a_pareto_front(tmp_path):
     client = MlflowClient(summary.tracking_uri)
     plots = {a.path for a in client.list_artifacts(summary.parent_run_id, "plots")}
     assert any("pareto" in p for p in plots), plots
+
+
+def test_worker_joins_the_study_through_its_storage(tmp_path):
+    path = write_spec(tmp_path, spec_dict("joined", search={"n_trials": 2}))
+    out = tmp_path / "out"
+    runner = CliRunner()
+    assert runner.invoke(app, ["run", str(path), "--out", str(out), "--quiet"]).exit_code == 0
+    result = runner.invoke(app, ["worker", str(path), "--out", str(out), "--trials", "1"])
+    assert result.exit_code == 0, result.output
+    frame = load_results(out)
+    assert sorted(frame["trial"]) == [0, 1, 2]
+    assert (frame["state"] == "COMPLETE").all()
+    storage = make_storage(str(out / "optuna.journal"))
+    study = optuna.load_study(study_name="joined", storage=storage)
+    assert len(study.get_trials()) == 3
+
+
+def test_worker_without_a_started_study_exits_2(tmp_path):
+    path = write_spec(tmp_path, spec_dict("never-started"))
+    result = CliRunner().invoke(app, ["worker", str(path), "--out", str(tmp_path / "none")])
+    assert result.exit_code == 2
+    assert "sweep run" in result.output
