@@ -6,6 +6,7 @@ sampler draws), so each test picks a seed whose draws cover the cases it checks,
 expected state of every trial follows from its own params.
 """
 
+import json
 import logging
 import math
 from pathlib import Path
@@ -169,6 +170,12 @@ def test_asha_stops_trials_that_learn_nothing_early(tmp_path):
         assert last.value > good[last.step]  # stopped for being worse at the same tokens
     assert summary.counts == {"COMPLETE": 1, "PRUNED": 2, "FAILED": 0, "INFEASIBLE": 0,
                               "DIVERGED": 0, "RUNNING": 0}
+    # ASHA's top rung (just below the budget here) never sees a bare evaluation at the end of
+    # the budget: only the final report, with the trial's state, reaches it.
+    for result_file in (tmp_path / "ray").glob("*/*/result.json"):
+        results = [json.loads(line) for line in result_file.read_text().splitlines()]
+        at_end = [r for r in results if r["tokens"] >= TRAINED]
+        assert all("sweep_state" in r for r in at_end), result_file.parent.name
 
 
 # ------------------------------------------------------------ infeasible and failing trials
