@@ -738,6 +738,11 @@ def _check_pbt(spec: StudySpec, pbt: PBTSpec) -> list[str]:
         else:
             problems += list(_check_value(path, bare, _known_fields(PBT_MUTABLE[bare])[bare],
                                           param))
+    for param in spec.searched():
+        if param.name in SHAPE_FIELDS:
+            problems.append(f"{param.path}: a PBT population shares one shape (a member that "
+                            "exploits copies the donor's weights), so shape fields must be "
+                            "fixed values, not searched")
     ckpt = pbt.checkpoint_interval or pbt.perturbation_interval
     if pbt.perturbation_interval % ckpt:
         problems.append(f"search.pbt.checkpoint_interval: {ckpt} tokens does not divide "

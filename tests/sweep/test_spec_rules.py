@@ -118,12 +118,14 @@ def test_when_cycle_is_rejected():
 
 
 def pbt_spec(mutations, *, perturb=40960, ckpt=20480, tokens=409600):
-    return spec_with(
+    data = spec_with(
         train={"tokens": tokens},
         search={"executor": "ray", "scheduler": "pbt", "n_trials": 4,
                 "pbt": {"perturbation_interval": perturb, "checkpoint_interval": ckpt,
                         "hyperparam_mutations": mutations}},
     )
+    data["model"] = {"seq_len": 64, "d_model": 64, "n_heads": 4}  # one shape for everyone
+    return data
 
 
 @pytest.mark.parametrize("field", ["d_model", "n_layers", "n_heads", "d_ff", "d_head",
@@ -204,3 +206,12 @@ def test_scientific_notation_reads_as_numbers(tmp_path):
     spec = load_spec(path)
     assert spec.train["tokens"] == 200000 and isinstance(spec.train["tokens"], int)
     assert spec.train["lr"].bounds == (1e-4, 3e-3)
+
+
+@pytest.mark.parametrize("field", ["d_model", "n_layers", "attn_pattern"])
+def test_pbt_population_shares_one_shape(field):
+    data = pbt_spec({"lr": {"float": [1e-4, 1e-2]}})
+    data["model"][field] = ({"choice": ["dense", "local"]} if field == "attn_pattern"
+                            else {"choice": [32, 64]} if field == "d_model"
+                            else {"int": [1, 2]})
+    assert f"model.{field}: a PBT population shares one shape" in problems(data)
