@@ -61,9 +61,17 @@ def algorithm_name(spec: StudySpec) -> str:
     return f"{s.sampler}+{s.pruner}"
 
 
+_PRUNER_TO_SCHEDULER = {"hyperband": "hyperband", "sha": "asha", "median": "median",
+                        "none": "none"}
+_SCHEDULER_TO_PRUNER = {v: k for k, v in _PRUNER_TO_SCHEDULER.items()}
+
+
 def with_overrides(spec: StudySpec, *, executor: str | None = None,
                    n_trials: int | None = None) -> StudySpec:
     """The spec with ``--executor`` / ``--trials`` applied (validated again).
+
+    Switching executors carries the early-stopping rule over: Optuna's ``sha`` pruner is Ray's
+    ``asha`` scheduler, ``hyperband`` and ``median`` keep their names.
 
     Raises:
         SpecError: If the override makes the spec invalid (e.g. PBT with the Optuna executor).
@@ -73,11 +81,15 @@ def with_overrides(spec: StudySpec, *, executor: str | None = None,
     if executor is None and n_trials is None:
         return spec
     data = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-    if executor is not None:
-        data["search"]["executor"] = executor
-        for key in ("pruner", "scheduler"):  # re-derive the executor's defaults
-            if key not in spec.search.model_fields_set:
-                data["search"].pop(key, None)
+    search = data["search"]
+    if executor is not None and executor != spec.search.executor:
+        search["executor"] = executor
+        # The same early-stopping rule under the other executor's name.
+        if executor == "ray":
+            pruner = search.pop("pruner", "none")
+            search["scheduler"] = _PRUNER_TO_SCHEDULER[pruner]
+        elif search.get("scheduler", "none") in _SCHEDULER_TO_PRUNER:
+            search["pruner"] = _SCHEDULER_TO_PRUNER[search.pop("scheduler", "none")]
     if n_trials is not None:
         data["search"]["n_trials"] = n_trials
     return parse_spec(data)
