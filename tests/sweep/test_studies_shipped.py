@@ -78,3 +78,15 @@ def test_validate_cli_rejects_a_space_with_no_feasible_config(tmp_path):
     result = runner.invoke(app, ["validate", str(spec), "--samples", "8"])
     assert result.exit_code == 2
     assert "none of 10 sampled configs" in result.output
+
+
+CLUSTER_SPECS = sorted((Path(__file__).resolve().parents[2] / "docker").glob("*.yaml"))
+CLUSTER_SPECS = [p for p in CLUSTER_SPECS if "compose" not in p.name]
+
+
+@pytest.mark.parametrize("path", CLUSTER_SPECS, ids=lambda p: p.stem)
+def test_cluster_specs_in_docker_validate(path):
+    spec = load_spec(path)
+    assert spec.tracking.uri and spec.tracking.uri.startswith("http://")
+    summary = space.summarize(spec, n_samples=16, device="cpu")
+    assert summary["n_invalid"] == 0, summary["invalid_examples"]
