@@ -30,8 +30,8 @@ from sweep.spec import (
     IntDomain,
     SpecParam,
     StudySpec,
-    section_defaults,
 )
+from sweep.spec_rules import section_defaults
 from sweep.train_config import TrainConfig
 
 __all__ = [

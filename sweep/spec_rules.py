@@ -1,0 +1,463 @@
+"""The rules a study spec must follow beyond its field types: the checks behind `StudySpec`.
+
+Run in stages by `problems` (each stage only when the ones before found nothing, so a message
+never rests on a field that is itself wrong):
+
+1. every ``model``/``train`` key is a known field (or a derived one) and every fixed value or
+   domain has that field's type;
+2. every ``when`` names a fixed or choice field that can take the listed values, without cycles;
+3. the search is coherent (sampler, pruner, scheduler, objectives, storage, PBT) and the shape
+   fields can produce a valid model at all.
+
+Each problem is one line starting with the dotted path of the field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import types
+import typing
+from collections.abc import Iterable, Iterator
+from dataclasses import MISSING
+from dataclasses import fields as dc_fields
+from typing import Any, Union
+
+from models.config import ModelConfig
+from models.presets import PRESETS
+from sweep.spec import (
+    _MODEL_ENUMS,
+    _RDB_SCHEMES,
+    PBT_MUTABLE,
+    SHAPE_FIELDS,
+    ChoiceDomain,
+    FloatDomain,
+    IntDomain,
+    PBTSpec,
+    SpecParam,
+    StudySpec,
+)
+from sweep.train_config import BUDGET_FIELDS as _BUDGET_FIELDS
+
+__all__ = ["ordered", "problems", "resolve_ref", "section_defaults", "train_config_class"]
+
+
+def problems(spec: StudySpec) -> list[str]:
+    """Every rule ``spec`` breaks, one line each (empty when it is valid)."""
+    found = list(_check_fields(spec))
+    if not found:
+        found += _check_conditions(spec)
+    if not found:
+        found += _check_search(spec)
+        found += _check_shapes(spec)
+    return found
+
+
+# ------------------------------------------------------------------------------ type rules
+def train_config_class() -> type:
+    """The `TrainConfig` dataclass the ``train`` section describes."""
+    from sweep.train_config import TrainConfig
+
+    return TrainConfig
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _field_defaults(cls: type) -> dict[str, Any]:
+    out = {}
+    for f in dc_fields(cls):
+        if f.init:
+            if f.default is not MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not MISSING:
+                out[f.name] = f.default_factory()
+    return out
+
+
+def section_defaults(spec: StudySpec, section: str) -> dict[str, Any]:
+    """Default values of a section's fields: the config class's, then the preset's."""
+    if section == "train":
+        return _field_defaults(train_config_class())
+    out = _field_defaults(ModelConfig)
+    preset = spec.model.get("preset")
+    if isinstance(preset, str) and preset in PRESETS:
+        out.update(PRESETS[preset])
+    if out.get("d_ff") is None:
+        out["d_ff"] = None
+    return out
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _type_problem(annotation: Any, value: Any) -> str | None:
+    """Why ``value`` does not fit ``annotation`` (int, float, bool, str, X | None, tuple)."""
+    args = typing.get_args(annotation)
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType) and args:
+        if value is None and type(None) in args:
+            return None
+        problems = [_type_problem(a, value) for a in args if a is not type(None)]
+        return None if any(p is None for p in problems) else problems[0]
+    if annotation is int:
+        return None if _is_int(value) else f"{value!r} is not an integer"
+    if annotation is float:
+        return None if _is_num(value) else f"{value!r} is not a number"
+    if annotation is bool:
+        return None if isinstance(value, bool) else f"{value!r} is not true/false"
+    if annotation is str:
+        return None if isinstance(value, str) else f"{value!r} is not a string"
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            return f"{value!r} is not a list"
+        if len(args) == 2 and args[1] is Ellipsis:
+            args = (args[0],) * len(value)
+        if len(value) != len(args):
+            return f"{value!r} needs {len(args)} items"
+        for a, v in zip(args, value, strict=True):
+            p = _type_problem(a, v)
+            if p:
+                return p
+    return None
+
+
+def _known_fields(section: str) -> dict[str, Any]:
+    if section == "model":
+        types = _field_types(ModelConfig)
+        types = {n: types[n] for n in ModelConfig.field_names()}
+        types.update({"preset": str, "d_head": int, "d_ff_ratio": float})
+        return types
+    cls = train_config_class()
+    types = _field_types(cls)
+    return {f.name: types[f.name] for f in dc_fields(cls) if f.init}
+
+
+def _unknown_key(path: str, key: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{path}: unknown field{hint}; known: {', '.join(sorted(known))}"
+
+
+def _candidates(param: Any) -> list[Any]:
+    if isinstance(param, ChoiceDomain):
+        return list(param.options)
+    if isinstance(param, (FloatDomain, IntDomain)):
+        return list(param.bounds)
+    return [param]
+
+
+def _check_value(path: str, name: str, annotation: Any, param: Any) -> Iterator[str]:
+    if isinstance(param, FloatDomain) and annotation in (int, int | None):
+        yield f"{path}: {name} is an integer; use {{int: [lo, hi]}} or {{choice: [...]}}"
+        return
+    if isinstance(param, (FloatDomain, IntDomain)) and _type_problem(annotation, 1.0) \
+            and _type_problem(annotation, 1):
+        yield f"{path}: {name} is not numeric; use a fixed value or {{choice: [...]}}"
+        return
+    where = ".choice" if isinstance(param, ChoiceDomain) else ""
+    for i, value in enumerate(_candidates(param)):
+        sub = f"{path}{where}[{i}]" if where else path
+        if isinstance(param, (FloatDomain, IntDomain)):
+            continue
+        problem = _type_problem(annotation, value)
+        if problem:
+            yield f"{sub}: {problem}"
+        elif name in _MODEL_ENUMS and path.startswith("model.") and \
+                value not in _MODEL_ENUMS[name]:
+            yield f"{sub}: {value!r} is not one of {', '.join(_MODEL_ENUMS[name])}"
+
+
+def _check_fields(spec: StudySpec) -> Iterator[str]:
+    for section in ("model", "train"):
+        known = _known_fields(section)
+        for name, param in getattr(spec, section).items():
+            path = f"{section}.{name}"
+            if name not in known:
+                yield _unknown_key(path, name, known)
+                continue
+            yield from _check_value(path, name, known[name], param)
+    model = spec.model
+    if "preset" in model:
+        if not isinstance(model["preset"], str):
+            yield "model.preset: must be a fixed preset name"
+        elif model["preset"] not in PRESETS:
+            yield f"model.preset: {model['preset']!r} is not one of {', '.join(PRESETS)}"
+    for derived, base in (("d_head", "n_heads"), ("d_ff_ratio", "d_ff")):
+        if derived in model and base in model:
+            yield f"model.{derived}: give {derived} or {base}, not both"
+    for name, lo_ok in (("d_head", 1), ("d_ff_ratio", 0)):
+        for v in _candidates(model.get(name, 1)):
+            if _is_num(v) and (v < lo_ok or (lo_ok == 0 and v <= 0)):
+                yield f"model.{name}: {v} must be > 0" if lo_ok == 0 else \
+                    f"model.{name}: {v} must be >= 1"
+    budgets = [k for k in _BUDGET_FIELDS if k in spec.train]
+    if len(budgets) != 1:
+        got = ", ".join(budgets) if budgets else "none"
+        yield f"train: exactly one budget of {', '.join(_BUDGET_FIELDS)} is needed (got {got})"
+    vocab = model.get("vocab_size")
+    if spec.data.vocab_size and _is_int(vocab) and vocab < spec.data.vocab_size:
+        yield (f"model.vocab_size: {vocab} is smaller than data.vocab_size="
+               f"{spec.data.vocab_size}")
+
+
+# ------------------------------------------------------------------------------ conditions
+def resolve_ref(spec: StudySpec, section: str, key: str) -> tuple[str, str] | None:
+    if "." in key:
+        sec, _, name = key.partition(".")
+        return (sec, name) if sec in ("model", "train") and name in getattr(spec, sec) else None
+    for sec in (section, "train" if section == "model" else "model"):
+        if key in getattr(spec, sec):
+            return sec, key
+    return None
+
+
+def _check_conditions(spec: StudySpec) -> list[str]:
+    problems = []
+    for section in ("model", "train"):
+        for name, param in getattr(spec, section).items():
+            when = getattr(param, "when", None) or {}
+            for key, allowed in when.items():
+                path = f"{section}.{name}.when.{key}"
+                ref = resolve_ref(spec, section, key)
+                if ref is None:
+                    problems.append(f"{path}: names no model or train field of this spec")
+                    continue
+                target = getattr(spec, ref[0])[ref[1]]
+                if ref == (section, name):
+                    problems.append(f"{path}: a field cannot depend on itself")
+                elif isinstance(target, ChoiceDomain) or not isinstance(
+                        target, (FloatDomain, IntDomain)):
+                    possible = _candidates(target)
+                    bad = [v for v in allowed if v not in possible]
+                    if bad:
+                        problems.append(f"{path}: {', '.join(map(repr, bad))} is never taken "
+                                        f"by {ref[0]}.{ref[1]} (values: "
+                                        f"{', '.join(map(repr, possible))})")
+                else:
+                    problems.append(f"{path}: conditions need a fixed or choice field")
+    if not problems:
+        try:
+            ordered(spec)
+        except ValueError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def ordered(spec: StudySpec) -> list[SpecParam]:
+    """Topological order of the params by their ``when`` references (stable otherwise)."""
+    params = {(s, n): SpecParam(s, n, v) for s in ("model", "train")
+              for n, v in getattr(spec, s).items()}
+    done: dict[tuple[str, str], None] = {}
+    visiting: list[tuple[str, str]] = []
+
+    def visit(key: tuple[str, str]) -> None:
+        if key in done:
+            return
+        if key in visiting:
+            cycle = " -> ".join(f"{s}.{n}" for s, n in [*visiting[visiting.index(key):], key])
+            raise ValueError(f"{key[0]}.{key[1]}.when: conditions form a cycle: {cycle}")
+        visiting.append(key)
+        for ref_key in params[key].when:
+            ref = resolve_ref(spec, key[0], ref_key)
+            if ref is not None:
+                visit(ref)
+        visiting.pop()
+        done[key] = None
+
+    for key in params:
+        visit(key)
+    return [params[k] for k in done]
+
+
+# ---------------------------------------------------------------------------------- search
+def _is_finite_domain(param: Any) -> bool:
+    return isinstance(param, (ChoiceDomain, IntDomain)) or (
+        isinstance(param, FloatDomain) and param.step is not None)
+
+
+def _check_search(spec: StudySpec) -> list[str]:
+    s = spec.search
+    problems = []
+    n_obj = len(s.objectives)
+    if len(set(s.objectives)) != n_obj:
+        problems.append("search.objectives: each objective may appear once")
+    if s.directions is not None and len(s.directions) != n_obj:
+        problems.append(f"search.directions: {len(s.directions)} direction(s) for {n_obj} "
+                        "objective(s)")
+    if "val_loss" not in s.objectives:
+        problems.append("search.objectives: val_loss must be one of the objectives (the others "
+                        "are known before training)")
+    if s.sampler == "nsga2" and n_obj < 2:
+        problems.append("search.sampler: nsga2 is multi-objective and needs >= 2 objectives")
+    if s.sampler in ("cmaes", "gp") and n_obj > 1:
+        problems.append(f"search.sampler: {s.sampler} is single-objective; use nsga2 or tpe "
+                        "for several objectives")
+    if n_obj > 1 and s.pruner != "none":
+        problems.append(f"search.pruner: {s.pruner} cannot prune multi-objective studies; "
+                        "use none")
+    if n_obj > 1 and s.scheduler != "none":
+        problems.append(f"search.scheduler: {s.scheduler} stops trials on one metric and "
+                        "cannot serve several objectives; use none")
+    if s.executor == "optuna" and s.scheduler != "none":
+        problems.append("search.scheduler: schedulers belong to executor ray; with optuna "
+                        "use search.pruner")
+    if s.executor == "ray" and s.pruner != "none":
+        problems.append("search.pruner: pruners belong to executor optuna; with ray use "
+                        "search.scheduler")
+    if s.scheduler == "pbt":
+        if s.pbt is None:
+            problems.append("search.pbt: scheduler pbt needs a pbt section "
+                            "(perturbation_interval, hyperparam_mutations)")
+        if s.sampler not in ("random", "grid"):
+            problems.append(f"search.sampler: pbt draws its population at random (Ray Tune "
+                            f"cannot combine a search algorithm with PBT); {s.sampler} "
+                            "does not apply, use random")
+    elif s.pbt is not None:
+        problems.append("search.pbt: pbt settings need executor ray with scheduler pbt")
+    if s.pbt is not None:
+        problems += _check_pbt(spec, s.pbt)
+    if s.sampler == "grid":
+        for p in spec.searched():
+            if not _is_finite_domain(p.value):
+                problems.append(f"{p.path}: the grid sampler needs choice, int or float "
+                                "domains with a step")
+    if s.population_size is not None and s.sampler != "nsga2":
+        problems.append("search.population_size: only used by sampler nsga2")
+    if s.storage and "://" in s.storage:
+        scheme = s.storage.split("://", 1)[0].split("+", 1)[0]
+        if scheme not in _RDB_SCHEMES:
+            problems.append(f"search.storage: {s.storage!r} is neither a journal file path "
+                            f"nor an RDB URL ({', '.join(_RDB_SCHEMES)})")
+    return problems
+
+
+def _check_pbt(spec: StudySpec, pbt: PBTSpec) -> list[str]:
+    problems = []
+    for name, param in pbt.hyperparam_mutations.items():
+        path = f"search.pbt.hyperparam_mutations.{name}"
+        bare = name.split(".", 1)[1] if name.startswith(("model.", "train.")) else name
+        if bare in SHAPE_FIELDS:
+            problems.append(f"{path}: PBT cannot mutate {bare!r}: it fixes tensor shapes or "
+                            "the data layout of a member, which must stay the same while "
+                            "weights are copied between members; mutable: "
+                            f"{', '.join(PBT_MUTABLE)}")
+        elif bare not in PBT_MUTABLE or (name != bare and name.split(".")[0]
+                                         != PBT_MUTABLE[bare]):
+            problems.append(f"{path}: not a field PBT can change on a live trial; mutable: "
+                            f"{', '.join(PBT_MUTABLE)}")
+        elif not isinstance(param, (FloatDomain, IntDomain, ChoiceDomain)):
+            problems.append(f"{path}: needs a domain ({{float: ...}}, {{choice: ...}})")
+        elif param.when:
+            problems.append(f"{path}.when: conditions are not supported in mutations")
+        else:
+            problems += list(_check_value(path, bare, _known_fields(PBT_MUTABLE[bare])[bare],
+                                          param))
+    for param in spec.searched():
+        if param.name in SHAPE_FIELDS:
+            problems.append(f"{param.path}: a PBT population shares one shape (a member that "
+                            "exploits copies the donor's weights), so shape fields must be "
+                            "fixed values, not searched")
+    ckpt = pbt.checkpoint_interval or pbt.perturbation_interval
+    if pbt.perturbation_interval % ckpt:
+        problems.append(f"search.pbt.checkpoint_interval: {ckpt} tokens does not divide "
+                        f"perturbation_interval={pbt.perturbation_interval}; members could only "
+                        "exploit a stale checkpoint")
+    budget_name, budget = spec.budget()
+    if budget_name == "tokens" and _is_num(budget) and pbt.perturbation_interval >= budget:
+        problems.append(f"search.pbt.perturbation_interval: {pbt.perturbation_interval} tokens "
+                        f"is not below the budget train.tokens={budget}; no member would ever "
+                        "be perturbed")
+    elif budget_name != "tokens":
+        problems.append(f"train.{budget_name}: pbt intervals are in tokens, so the budget must "
+                        "be train.tokens")
+    return problems
+
+
+# ---------------------------------------------------------------------------------- shapes
+def _int_values(param: Any, default: Any) -> tuple[int, int, int] | list[Any]:
+    """A shape field's possible values: (lo, step, count) for int ranges, else a list."""
+    if isinstance(param, IntDomain):
+        lo, hi = param.bounds
+        prog = (lo, param.step, (hi - lo) // param.step + 1)
+        return prog if not param.when else [*param.values()[:4096], default]
+    values = _candidates(param) if param is not None else [default]
+    return [*values, default] if getattr(param, "when", None) else values
+
+
+def _has_multiple(values: tuple[int, int, int] | list[Any], m: int, at_least: int) -> bool:
+    """Whether some value v >= at_least is divisible by m (arithmetic for ranges)."""
+    if isinstance(values, list):
+        return any(_is_int(v) and v % m == 0 and v >= at_least for v in values)
+    lo, step, count = values
+    hi = lo + step * (count - 1)
+    # solve lo + k*step = 0 (mod m) for the smallest k >= 0
+    g = math.gcd(step, m)
+    if lo % g:
+        return False
+    mg = m // g
+    k = ((-lo // g) * pow(step // g, -1, mg)) % mg if mg > 1 else 0
+    first = lo + k * step
+    if first < at_least:
+        first += math.ceil((at_least - first) / (mg * step)) * mg * step
+    return first <= hi
+
+
+def _check_shapes(spec: StudySpec) -> list[str]:
+    """Reject a space in which no (d_model, heads, position encoding) combination is valid."""
+    model = spec.model
+    defaults = section_defaults(spec, "model")
+    d_model = _int_values(model.get("d_model"), defaults["d_model"])
+    pos = _int_values(model.get("pos_encoding"), defaults["pos_encoding"])
+    by_head_dim = "d_head" in model
+    heads = _int_values(model.get("d_head") if by_head_dim else model.get("n_heads"),
+                        None if by_head_dim else defaults["n_heads"])
+    if isinstance(heads, tuple):
+        lo, step, count = heads
+        heads = list(range(lo, lo + step * min(count, 4096), step))
+    problems = []
+    valid = False
+    for h in heads:
+        if not _is_int(h) or h <= 0:
+            continue
+        for p in pos:
+            if by_head_dim:
+                if p == "rope" and h % 2:
+                    continue
+                m = math.lcm(h, 2) if p == "sinusoidal" else h
+                ok = _has_multiple(d_model, m, h)
+            else:
+                m = 2 * h if p == "rope" else math.lcm(h, 2) if p == "sinusoidal" else h
+                ok = _has_multiple(d_model, m, 1)
+            if ok:
+                valid = True
+                break
+        if valid:
+            break
+    if not valid:
+        head = "model.d_head" if by_head_dim else "model.n_heads"
+        problems.append(
+            f"{head}: no value of model.d_model is divisible by any {head.split('.')[1]} of "
+            f"the space (with an even head dimension for rope, an even d_model for "
+            f"sinusoidal); the space can never produce a valid model")
+    patterns = _candidates(model.get("attn_pattern", defaults["attn_pattern"]))
+    sparsity = model.get("attn_sparsity")
+    if sparsity is not None and "dense" in patterns and not _sparsity_conditioned(sparsity):
+        if any(_is_num(v) and v > 0 for v in _candidates(sparsity)):
+            problems.append(
+                "model.attn_sparsity: takes values > 0 while model.attn_pattern can be 'dense' "
+                "(which keeps every pair); add when: {attn_pattern: [local, strided, "
+                "block_sparse]}")
+    return problems
+
+
+def _sparsity_conditioned(param: Any) -> bool:
+    when = getattr(param, "when", None) or {}
+    allowed = when.get("attn_pattern", when.get("model.attn_pattern"))
+    return allowed is not None and "dense" not in allowed
