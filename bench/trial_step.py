@@ -4,8 +4,9 @@ Side by side, in one process, on the same model, corpus, step count and evaluati
 
 - ``trial``: `sweep.trial.Trainer.train`, the real runner (batch sampling, schedule, divergence
   check, evaluations, metrics, reporting);
-- ``bare``: the same forward/backward/clip/AdamW steps and evaluation forwards on batches
-  materialised in memory beforehand: the work no runner can avoid.
+- ``bare``: the same forward/backward/clip/AdamW steps and the same evaluation forwards (every
+  ``eval_every`` tokens and at the end) on batches materialised in memory beforehand: the work
+  no runner can avoid.
 
 overhead = (trial - bare) / trial, target < 3 %. Runs alternate and the fastest of each is used
 (the run least disturbed by other load on the machine). The runner's own timers (data, eval,
@@ -37,16 +38,15 @@ def bare_run(model_config, train_config, corpus) -> float:
                for i in range(budget.total_steps)]
     val = [tuple(torch.from_numpy(a) for a in xy)
            for xy in corpus.val_batches(t, train_config.eval_tokens, b)]
-    n_evals = sum(1 for i in range(1, budget.total_steps + 1)
-                  if (i * budget.step_tokens) // budget.eval_every
-                  > ((i - 1) * budget.step_tokens) // budget.eval_every)
-    n_evals = max(n_evals, 1)
+    # The runner's schedule: every eval_every tokens, and once more at the end of the budget.
+    eval_at = {i for i in range(1, budget.total_steps + 1)
+               if (i * budget.step_tokens) // budget.eval_every
+               > ((i - 1) * budget.step_tokens) // budget.eval_every} | {budget.total_steps}
     torch.manual_seed(train_config.seed)
     model = build_model(model_config)
     decay, no_decay = decay_groups(model)
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}], lr=1e-3, foreach=True)
-    eval_at = {round((k + 1) * budget.total_steps / n_evals) for k in range(n_evals)}
     start = time.perf_counter()
     for i, (x, y) in enumerate(batches, 1):
         _, loss = model(x, y)
