@@ -153,14 +153,14 @@ def run(
     import math
 
     from sweep.data import DataError
-    from sweep.study import run_study
+    from sweep.study import PreflightError, run_study
     from sweep.tracking import ResumeError
 
     spec = _load_study_spec(spec_path, executor, trials)
     try:
         summary = run_study(spec, out_dir=out, quiet=quiet or as_json, ray_address=address,
                             device=device, console=console)
-    except (DataError, ResumeError) as exc:
+    except (DataError, ResumeError, PreflightError) as exc:
         bad_input(str(exc))
     counts = {k.lower(): v for k, v in summary.counts.items() if v}
     if as_json:

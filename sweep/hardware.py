@@ -33,9 +33,17 @@ def pick_device(requested: str | None = "auto") -> torch.device:
     """
     if requested in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(requested)
+    try:
+        device = torch.device(requested)
+    except RuntimeError as exc:
+        raise ValueError(f"device={requested!r} is not a torch device (cpu, cuda, cuda:N, "
+                         f"mps): {exc}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={requested!r} requested but CUDA is not available")
+    if device.type == "cuda" and device.index is not None \
+            and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device={requested!r}: this machine has "
+                         f"{torch.cuda.device_count()} CUDA device(s)")
     return device
 
 

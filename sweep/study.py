@@ -12,18 +12,19 @@ corpus cache (``data/``), the Optuna journal, checkpoints and the default MLflow
 from __future__ import annotations
 
 import math
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweep.data import load_corpus
+from sweep.data import Corpus, load_corpus
 from sweep.executors import get_executor
 from sweep.objective import StudyContext
 from sweep.progress import ProgressView
 from sweep.spec import StudySpec, spec_hash
 from sweep.tracking import StudyTracker
 
-__all__ = ["StudySummary", "algorithm_name", "run_study"]
+__all__ = ["PreflightError", "StudySummary", "algorithm_name", "preflight", "run_study"]
 
 
 @dataclass
@@ -95,6 +96,70 @@ def with_overrides(spec: StudySpec, *, executor: str | None = None,
     return parse_spec(data)
 
 
+class PreflightError(ValueError):
+    """The study could never train a trial; found before anything was written."""
+
+
+def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
+              n_samples: int = 64) -> Corpus:
+    """Check what a study needs before it writes anything, and prepare its corpus.
+
+    Checks the training device, that some configs of the space are valid and within the
+    constraints (its corners and ``n_samples`` random draws priced by the cost model, as
+    ``sweep validate`` does), the output folder, and that the corpus holds one sequence of the
+    shortest ``seq_len`` and fits the largest ``vocab_size`` of the space. If a check fails,
+    a new output folder is removed again.
+
+    Returns:
+        The prepared corpus (cached under ``<out>/data``).
+
+    Raises:
+        PreflightError: Naming the flag, field or file and the rule.
+    """
+    from sweep import space
+    from sweep.data import DataError
+    from sweep.hardware import pick_device
+
+    try:
+        pick_device(device or "auto")
+    except ValueError as exc:
+        raise PreflightError(f"--device: {exc}") from None
+    summary = space.summarize(spec, n_samples=n_samples, device=device)
+    if summary["n_invalid"] + summary["n_infeasible"] == summary["n_configs"]:
+        examples = summary["invalid_examples"] + summary["infeasible_examples"]
+        raise PreflightError(
+            f"study {spec.name}: none of {summary['n_configs']} sampled configs is valid and "
+            "within the constraints, so no trial could train; for example: "
+            + "; ".join(examples[:2]))
+    if out.exists() and not out.is_dir():
+        raise PreflightError(f"--out {out}: is a file, not a folder")
+    if str(out) in ("", "."):
+        raise PreflightError("--out: give the study its own folder, not the current one")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        corpus = load_corpus(spec.data.uri, out / "data", vocab_size=spec.data.vocab_size)
+        shapes = []
+        for params in space.corner_params(spec) + space.sample_params(spec, 16):
+            try:
+                shapes.append(space.configs_from_params(spec, params)[0])
+            except ValueError:
+                continue
+        # Only a study in which no config fits is refused; a misfit trial ends FAILED.
+        corpus.require(min(m.seq_len for m in shapes))
+        vocab = max(m.vocab_size for m in shapes)
+        if vocab < corpus.vocab_size:
+            raise PreflightError(f"model.vocab_size={vocab} is smaller than the vocabulary of "
+                                 f"{spec.data.uri!r} ({corpus.vocab_size} token ids)")
+    except (OSError, DataError, PreflightError) as exc:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise PreflightError(f"--out {out}: {exc.strerror or exc}") from None
+        raise
+    return corpus
+
+
 def run_study(
     spec: StudySpec,
     *,
@@ -121,16 +186,15 @@ def run_study(
         The `StudySummary`.
 
     Raises:
+        PreflightError: The study could never train a trial (see `preflight`).
         sweep.tracking.ResumeError: The stored study cannot continue under this spec.
         sweep.data.DataError: The corpus cannot be prepared.
     """
     out = Path(out_dir) if out_dir is not None else spec.default_output_dir()
-    out.mkdir(parents=True, exist_ok=True)
+    corpus = preflight(spec, out, device=device)
     uri = spec.tracking_uri(out)
     plain = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     executor = get_executor(spec.search.executor)
-    # Bad data fails here, before any run is written.
-    corpus = load_corpus(spec.data.uri, out / "data", vocab_size=spec.data.vocab_size)
     tracker = StudyTracker.start(uri, spec.tracking.experiment, plain,
                                  executor=spec.search.executor, algorithm=algorithm_name(spec),
                                  resume=True, spec_hash=spec_hash(spec))

@@ -129,21 +129,85 @@ def test_pruner_stops_bad_trials_early(tmp_path):
     assert set(pruned["train.lr"].astype(float)) == {1e-6}
 
 
-def test_infeasible_constraint_costs_no_training_and_run_exits_1(tmp_path):
-    data = spec_dict("infeasible", constraints={"max_params": 100},
-                     search={"n_trials": 2, "sampler": "tpe"})
+def test_infeasible_constraint_costs_no_training(tmp_path):
+    # d_model 16 has about 4k parameters, d_model 32 about 14k: the limit rules out the latter.
+    data = spec_dict("infeasible", constraints={"max_params": 8000},
+                     train={"lr": 1e-2}, search={"n_trials": 2, "sampler": "grid"})
     result = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, data)), "--out",
                                       str(tmp_path / "out"), "--quiet"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 0, result.output
+    frame = load_results(tmp_path / "out")
+    frame.index = frame["model.d_model"].astype(int)
+    assert frame.loc[32, "state"] == "INFEASIBLE" and frame.loc[16, "state"] == "COMPLETE"
+    assert math.isnan(frame.loc[32, "tokens"]) or frame.loc[32, "tokens"] == 0
+    assert frame.loc[16, "tokens"] == 12288
+    client, parent, runs = child_runs(frame.attrs["tracking_uri"], frame.attrs["parent_run_id"])
+    bad = next(r for r in runs if r.data.tags["sweep.state"] == "INFEASIBLE")
+    assert "max_params" in bad.data.tags["sweep.fail_reason"]
+    assert "n_params" in bad.data.metrics and "val_loss" not in bad.data.metrics
+
+
+def test_study_that_can_never_train_exits_2_and_writes_nothing(tmp_path):
+    data = spec_dict("hopeless", constraints={"max_params": 100})
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, data)), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "no trial could train" in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_no_completed_trial_exits_1_with_a_summary(tmp_path, monkeypatch):
+    class Broken(objective.Trainer):
+        def train(self, *args, **kwargs):
+            raise RuntimeError("out of luck")
+
+    monkeypatch.setattr(objective, "Trainer", Broken)
+    data = spec_dict("unlucky", search={"n_trials": 2})
+    result = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, data)), "--out",
+                                      str(tmp_path / "out"), "--quiet"])
+    assert result.exit_code == 1
     assert "no trial completed" in " ".join(result.output.split())
     assert "Traceback" not in result.output
     frame = load_results(tmp_path / "out")
-    assert list(frame["state"]) == ["INFEASIBLE", "INFEASIBLE"]
-    assert frame["tokens"].fillna(0).eq(0).all()
-    client, parent, runs = child_runs(frame.attrs["tracking_uri"], frame.attrs["parent_run_id"])
+    client, parent, _ = child_runs(frame.attrs["tracking_uri"], frame.attrs["parent_run_id"])
     assert parent.data.tags["sweep.state"] == "FAILED"
-    assert all("max_params" in r.data.tags["sweep.fail_reason"] for r in runs)
-    assert all("n_params" in r.data.metrics for r in runs)  # priced, not trained
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--device", "tpu"], "--device"),
+    (["--device", "cuda:7"], "--device"),
+])
+def test_bad_device_exits_2_and_writes_nothing(tmp_path, flags, message):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, spec_dict())), "--out",
+                                      str(out), *flags])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not out.exists()
+
+
+def test_out_that_is_a_file_exits_2(tmp_path):
+    target = tmp_path / "afile"
+    target.write_text("keep me")
+    result = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, spec_dict())), "--out",
+                                      str(target)])
+    assert result.exit_code == 2 and "is a file" in result.output
+    assert target.read_text() == "keep me"
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"data": "synthetic:markov?order=1&vocab=16&tokens=100"}, "seq_len + 1 = 33"),
+    ({"model": {"vocab_size": 8}}, "model.vocab_size=8 is smaller"),
+])
+def test_corpus_that_does_not_fit_the_models_exits_2_and_writes_nothing(tmp_path, changes,
+                                                                        message):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, spec_dict(**changes))),
+                                      "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not out.exists()
 
 
 def test_trial_that_raises_ends_failed_and_the_next_trial_gets_a_fresh_run(tmp_path, monkeypatch):
