@@ -236,6 +236,7 @@ def train(
 
     try:
         request = TrainRequest(preset, parse_sets(sets), data, budget_tokens, out)
+        request.check_fits(device)
         corpus = request.load()
         trainer = request.trainer(corpus, device)
     except (ConfigError, DataError, ValueError) as exc:

@@ -71,3 +71,16 @@ def test_diverging_trial_exits_1(tmp_path):
     assert res.exit_code == 1
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["state"] == "DIVERGED" and "non-finite" in out["fail_reason"]
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--set", "model.n_layers=100000"], "exceeds the"),
+    (["--set", "model.d_model=1000000000", "--set", "model.n_heads=1"], "exceeds the"),
+    (["--set", "train.batch_size=100000000"], "exceeds the"),
+    (["--device", "tpu"], "device='tpu'"),
+])
+def test_configs_that_cannot_run_exit_2_before_allocating(tmp_path, flags, message):
+    result = CliRunner().invoke(app, ["train", "--out", str(tmp_path / "out"), *flags])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not (tmp_path / "out").exists()
