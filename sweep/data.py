@@ -374,6 +374,8 @@ def load_corpus(uri: str, cache_dir: Path | str, *, vocab_size: int | None = Non
             raise DataError(f"corpus {uri!r}: max_bytes={cap} must be positive")
         return _bytes_source(uri, cache_dir, _read_stdlib(uri, cap), vocab_size)
     if scheme == "text":
+        if not rest.strip():
+            raise DataError(f"corpus {uri!r}: text: needs a file or folder path")
         path = Path(rest).expanduser()
         return _bytes_source(uri, cache_dir, _read_text(uri, path), vocab_size)
     if scheme == "tokens":

@@ -495,9 +495,11 @@ def load_spec(path: str | Path) -> StudySpec:
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError([f"cannot read the file: {exc.strerror or exc}"], path) from None
+    except UnicodeDecodeError:
+        raise SpecError(["not UTF-8 text (a study spec is a YAML file)"], path) from None
     try:
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:

@@ -23,6 +23,7 @@ from sweep.objective import StudyContext
 from sweep.progress import ProgressView
 from sweep.spec import StudySpec, spec_hash
 from sweep.tracking import StudyTracker
+from sweep.train_config import resolve_budget
 
 __all__ = ["PreflightError", "StudySummary", "algorithm_name", "preflight", "run_study"]
 
@@ -139,12 +140,18 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
     try:
         out.mkdir(parents=True, exist_ok=True)
         corpus = load_corpus(spec.data.uri, out / "data", vocab_size=spec.data.vocab_size)
-        shapes = []
+        shapes, reasons = [], []
         for params in space.corner_params(spec) + space.sample_params(spec, 16):
             try:
-                shapes.append(space.configs_from_params(spec, params)[0])
-            except ValueError:
+                model, train = space.configs_from_params(spec, params)
+                resolve_budget(train, model)
+            except ValueError as exc:
+                reasons.append(str(exc))
                 continue
+            shapes.append(model)
+        if not shapes:
+            raise PreflightError(f"study {spec.name}: no sampled config can train: "
+                                 f"{reasons[0]}")
         # Only a study in which no config fits is refused; a misfit trial ends FAILED.
         corpus.require(min(m.seq_len for m in shapes))
         vocab = max(m.vocab_size for m in shapes)

@@ -242,7 +242,13 @@ def resolve_budget(train: TrainConfig, model: ModelConfig) -> Budget:
             from models.cost import flops_per_token
 
             tokens = train.flops / flops_per_token(model, train=True)
-        steps = max(1, int(tokens // step_tokens))
+        if tokens < step_tokens:
+            what = f"tokens={train.tokens}" if kind == "tokens" else \
+                f"flops={train.flops:.3g} ({tokens:.3g} tokens)"
+            raise ConfigError(
+                f"{what} is less than one optimizer step of {step_tokens} tokens (batch_size * "
+                f"seq_len * grad_accum = {train.batch_size} * {model.seq_len} * {grad_accum})")
+        steps = int(tokens // step_tokens)
     total = steps * step_tokens
     warmup = train.warmup * total if train.warmup < 1 else train.warmup
     eval_every = train.eval_every or max(step_tokens, (steps // 10) * step_tokens)

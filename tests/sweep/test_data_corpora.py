@@ -179,3 +179,8 @@ def test_markov_corpus_reports_its_entropy_rate(tmp_path):
     c = load_corpus("synthetic:markov?order=1&vocab=4&alpha=1&seed=5&tokens=20000", tmp_path)
     assert c.entropy_rate is not None and 0 < c.entropy_rate < math.log(4)
     assert c.entropy_rate <= c.baseline_unigram_loss + 0.02  # context never hurts
+
+
+def test_text_without_a_path_is_an_error(tmp_path):
+    with pytest.raises(DataError, match="needs a file or folder path"):
+        load_corpus("text:", tmp_path)

@@ -199,6 +199,7 @@ def test_out_that_is_a_file_exits_2(tmp_path):
 @pytest.mark.parametrize(("changes", "message"), [
     ({"data": "synthetic:markov?order=1&vocab=16&tokens=100"}, "seq_len + 1 = 33"),
     ({"model": {"vocab_size": 8}}, "model.vocab_size=8 is smaller"),
+    ({"train": {"tokens": 10}}, "less than one optimizer step"),
 ])
 def test_corpus_that_does_not_fit_the_models_exits_2_and_writes_nothing(tmp_path, changes,
                                                                         message):

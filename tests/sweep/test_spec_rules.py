@@ -215,3 +215,10 @@ def test_pbt_population_shares_one_shape(field):
                             else {"choice": [32, 64]} if field == "d_model"
                             else {"int": [1, 2]})
     assert f"model.{field}: a PBT population shares one shape" in problems(data)
+
+
+def test_spec_that_is_not_utf8_is_a_spec_error(tmp_path):
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(SpecError, match="not UTF-8"):
+        load_spec(path)

@@ -97,3 +97,11 @@ def test_schedule_shapes():
     assert lr_factor("cosine", 10, 1000, 0, 0.1) == pytest.approx(
         0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.01))
     )
+
+
+def test_budget_below_one_step_is_an_error():
+    model = ModelConfig(seq_len=64, d_model=32, n_heads=2)
+    with pytest.raises(ConfigError, match="tokens=100 is less than one optimizer step of 512"):
+        resolve_budget(TrainConfig(tokens=100, batch_size=8), model)
+    with pytest.raises(ConfigError, match="flops=1 .* less than one optimizer step"):
+        resolve_budget(TrainConfig(flops=1.0, batch_size=8), model)
