@@ -287,6 +287,9 @@ def worker(
     spec = _load_study_spec(spec_path, "optuna")
     out_dir = Path(out) if out else spec.default_output_dir()
     uri = spec.tracking_uri(out_dir)
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        bad_input(f"no study {spec.tracking.experiment!r}: {uri} does not exist; start it "
+                  "with sweep run")
     found = find_study(uri, spec.tracking.experiment)
     if found is None:
         bad_input(f"no study {spec.tracking.experiment!r} in {uri}; start it with sweep run")
@@ -385,8 +388,13 @@ def results(
         frame = load_results(study, tracking_uri=tracking_uri)
     except StudyNotFoundError as exc:
         bad_input(str(exc))
+    except Exception as exc:  # MLflow's errors for an unreachable or unknown store
+        bad_input(f"--tracking-uri {tracking_uri}: {type(exc).__name__}: {exc}")
     if csv:
-        frame.to_csv(csv, index=False)
+        try:
+            frame.to_csv(csv, index=False)
+        except OSError as exc:
+            bad_input(f"--csv {csv}: {exc.strerror or exc}")
     shown = frame.head(top)
     if as_json:
         print(shown.to_json(orient="records"))
@@ -436,6 +444,9 @@ def ui(
         uri, name = resolve_study(study or _latest_store())
     except StudyNotFoundError as exc:
         bad_input(str(exc))
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        err_console.print(f"[bold yellow]warning:[/] --host {host} serves the MLflow UI, which "
+                          "has no authentication, beyond this machine", highlight=False)
     with socket.socket() as probe:
         try:
             probe.bind((host, port))

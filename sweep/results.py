@@ -8,6 +8,7 @@ lives in `sweep.tracking`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -68,6 +69,18 @@ class StudyNotFoundError(LookupError):
     """No study store or experiment matches the name or folder given."""
 
 
+def _is_mlflow_store(db: Path) -> bool:
+    """Whether the SQLite file ``db`` holds MLflow's tables; opened read-only, never changed."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db.resolve()}?mode=ro", uri=True)) as con:
+            rows = con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+    except sqlite3.DatabaseError:
+        return False
+    return ("experiments",) in rows
+
+
 def resolve_study(study_or_dir: str | Path, tracking_uri: str | None = None) -> tuple[str, str]:
     """Find the tracking URI and study (experiment) name for a study name or output folder.
 
@@ -93,6 +106,8 @@ def resolve_study(study_or_dir: str | Path, tracking_uri: str | None = None) -> 
                 f"no study {name!r}: neither {path / 'mlflow.db'} nor "
                 f"{Path('runs') / name / 'mlflow.db'} exists"
             )
+        if not _is_mlflow_store(db):
+            raise StudyNotFoundError(f"{db} is not an MLflow store (no experiments table)")
         tracking_uri = f"sqlite:///{db.resolve()}"
         studies = tracking.list_studies(tracking_uri)
         for candidate in (name, db.resolve().parent.name):

@@ -176,3 +176,21 @@ def test_cli_ui_without_a_store_exits_2(tmp_path, monkeypatch):
     assert result.exit_code == 2 and "./runs" in result.output
     result = runner.invoke(app, ["ui", "nosuch", "--no-block"])
     assert result.exit_code == 2 and "nosuch" in result.output
+
+
+def test_results_refuses_a_sqlite_file_that_is_not_an_mlflow_store(tmp_path):
+    import sqlite3
+
+    db = tmp_path / "mydata.db"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE t (x INTEGER)")
+    before = db.read_bytes()
+    result = CliRunner().invoke(app, ["results", str(db)])
+    assert result.exit_code == 2 and "not an MLflow store" in result.output
+    assert db.read_bytes() == before
+
+
+def test_results_csv_to_a_missing_folder_exits_2(store, tmp_path):
+    result = CliRunner().invoke(app, ["results", str(store["out"]), "--csv",
+                                      str(tmp_path / "missing" / "x.csv")])
+    assert result.exit_code == 2 and "--csv" in result.output

@@ -315,3 +315,4 @@ def test_worker_without_a_started_study_exits_2(tmp_path):
     result = CliRunner().invoke(app, ["worker", str(path), "--out", str(tmp_path / "none")])
     assert result.exit_code == 2
     assert "sweep run" in result.output
+    assert not (tmp_path / "none").exists()
