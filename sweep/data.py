@@ -222,8 +222,8 @@ def _synthetic(uri: str, cache_dir: Path, rest: str, vocab_size: int | None) -> 
         if p["order"] < 1 or vocab ** p["order"] > 2**20:
             raise DataError(f"corpus {uri!r}: order={p['order']} must be >= 1 with "
                             f"vocab**order <= 2**20")
-        if not p["alpha"] > 0:
-            raise DataError(f"corpus {uri!r}: alpha={p['alpha']} must be > 0")
+        if not 0 < p["alpha"] < math.inf:
+            raise DataError(f"corpus {uri!r}: alpha={p['alpha']} must be a finite number > 0")
 
         def make():
             return synthetic.markov_stream(n, vocab, p["order"], p["alpha"], p["seed"])
@@ -258,6 +258,9 @@ def _tokens(uri: str, cache_dir: Path, rest: str, vocab_size: int | None) -> Cor
             raise DataError(f"corpus {uri!r}: {str(path)!r} does not exist")
         if path.stat().st_size < 2:
             raise DataError(f"corpus {uri!r}: {str(path)!r} is empty")
+        if path.stat().st_size % 2:
+            raise DataError(f"corpus {uri!r}: {str(path)!r} has {path.stat().st_size} bytes, "
+                            "not a whole number of uint16 token ids")
     vocab = _parse_params(uri, query, {"vocab": int}).get("vocab", vocab_size)
     if vocab is None:
         vocab = _vocab_from_meta(uri, folder)
@@ -269,17 +272,25 @@ def _tokens(uri: str, cache_dir: Path, rest: str, vocab_size: int | None) -> Cor
 
 
 def _vocab_from_meta(uri: str, folder: Path) -> int:
-    if (folder / "meta.json").is_file():
-        meta = json.loads((folder / "meta.json").read_text())
-    elif (folder / "meta.pkl").is_file():
-        with open(folder / "meta.pkl", "rb") as f:
-            meta = pickle.load(f)  # noqa: S301 - nanoGPT's format, from the user's own folder
-    else:
-        raise DataError(f"corpus {uri!r}: no vocab size: add meta.json with vocab_size, or "
-                        f"give it as {uri.split('?')[0]}?vocab=V")
-    if "vocab_size" not in meta:
-        raise DataError(f"corpus {uri!r}: meta file in {str(folder)!r} has no vocab_size")
-    return int(meta["vocab_size"])
+    json_path, pkl_path = folder / "meta.json", folder / "meta.pkl"
+    try:
+        if json_path.is_file():
+            meta_path, meta = json_path, json.loads(json_path.read_text())
+        elif pkl_path.is_file():
+            with open(pkl_path, "rb") as f:
+                # nanoGPT's format, from the user's own folder
+                meta_path, meta = pkl_path, pickle.load(f)  # noqa: S301
+        else:
+            raise DataError(f"corpus {uri!r}: no vocab size: add meta.json with vocab_size, "
+                            f"or give it as {uri.split('?')[0]}?vocab=V")
+    except (ValueError, OSError, pickle.UnpicklingError, EOFError) as exc:
+        raise DataError(f"corpus {uri!r}: cannot read the meta file in {str(folder)!r}: "
+                        f"{exc}") from None
+    value = meta.get("vocab_size") if isinstance(meta, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise DataError(f"corpus {uri!r}: {str(meta_path)!r} needs vocab_size as a positive "
+                        f"integer, got {value!r}")
+    return value
 
 
 # ------------------------------------------------------------------------- preparation

@@ -184,3 +184,33 @@ def test_markov_corpus_reports_its_entropy_rate(tmp_path):
 def test_text_without_a_path_is_an_error(tmp_path):
     with pytest.raises(DataError, match="needs a file or folder path"):
         load_corpus("text:", tmp_path)
+
+
+@pytest.mark.parametrize(("meta", "message"), [
+    ("{bad", "cannot read the meta file"),
+    ('{"vocab_size": "abc"}', "needs vocab_size as a positive integer"),
+    ('{"vocab_size": 0}', "needs vocab_size as a positive integer"),
+])
+def test_tokens_meta_errors_name_the_corpus(tmp_path, meta, message):
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    for name in ("train", "val"):
+        np.arange(100, dtype=np.uint16).tofile(folder / f"{name}.bin")
+    (folder / "meta.json").write_text(meta)
+    with pytest.raises(DataError, match=message) as info:
+        load_corpus(f"tokens:{folder}", tmp_path / "cache")
+    assert f"tokens:{folder}" in str(info.value)
+
+
+def test_tokens_file_with_an_odd_byte_count_is_an_error(tmp_path):
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / "train.bin").write_bytes(b"\x01" * 2001)
+    np.arange(100, dtype=np.uint16).tofile(folder / "val.bin")
+    with pytest.raises(DataError, match="not a whole number of uint16"):
+        load_corpus(f"tokens:{folder}?vocab=300", tmp_path / "cache")
+
+
+def test_markov_alpha_must_be_finite(tmp_path):
+    with pytest.raises(DataError, match="alpha=inf must be a finite number"):
+        load_corpus("synthetic:markov?alpha=inf&tokens=20000", tmp_path)
