@@ -65,6 +65,7 @@ def main() -> None:
 
     # MLflow announces every store migration at INFO; the commands report what matters.
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
 @app.command()

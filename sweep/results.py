@@ -115,7 +115,8 @@ def resolve_study(study_or_dir: str | Path, tracking_uri: str | None = None) -> 
                 return tracking_uri, candidate
         if len(studies) == 1:
             return tracking_uri, studies[0]
-        raise StudyNotFoundError(f"{db} holds studies {studies}; none is named {name!r}")
+        raise StudyNotFoundError(f"{db} holds studies {studies}; none is named {name!r}; "
+                                 f"name one: --tracking-uri {tracking_uri} STUDY")
     tracking_uri = tracking.absolute_uri(tracking_uri)
     studies = tracking.list_studies(tracking_uri)
     for candidate in (name, Path(name).name):
