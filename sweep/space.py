@@ -54,6 +54,7 @@ __all__ = [
     "record_constraints",
     "sample_params",
     "suggest",
+    "training_cost",
     "summarize",
 ]
 
@@ -407,12 +408,26 @@ def memory_limit_bytes(spec: StudySpec, device: str = "auto") -> float:
     return gb * 1e9 if gb else float(device_memory_bytes(device))
 
 
-def _cost_dtype(train_cfg: TrainConfig, device: str) -> str:
-    if train_cfg.precision != "auto":
-        return train_cfg.precision
+def training_cost(model_cfg: ModelConfig, train_cfg: TrainConfig, device: str) -> Any:
+    """The cost model's estimate for one training micro-batch of this trial on ``device``.
+
+    ``train.batch_size`` sequences of ``seq_len`` tokens, in the precision the trial will use
+    (``auto``: bf16 autocast where the device supports it) and with the attention kernels of
+    the device's type.
+
+    Returns:
+        A `models.cost.CostEstimate` (memory in bytes, FLOPs per token).
+
+    Raises:
+        ValueError: An unknown or unavailable device.
+    """
+    from models.cost import estimate
     from sweep.hardware import autocast_dtype, pick_device
 
-    return "bf16" if autocast_dtype("auto", pick_device(device)) is not None else "fp32"
+    dev = pick_device(device)
+    dtype = "bf16" if autocast_dtype(train_cfg.precision, dev) is not None else "fp32"
+    return estimate(model_cfg, batch_size=train_cfg.batch_size, seq_len=model_cfg.seq_len,
+                    dtype=dtype, device=dev.type)
 
 
 def constraint_values(spec: StudySpec, cost: Any, *, memory_limit_bytes: float) -> list[float]:
@@ -443,12 +458,8 @@ def check_constraints(
         ``(ok, reason, cost)``: ``reason`` names each broken limit (None when ok); ``cost`` is
         the `models.cost.CostEstimate`.
     """
-    from models.cost import estimate
-    from sweep.hardware import pick_device
-
     device = device or train_cfg.device
-    cost = estimate(model_cfg, batch_size=train_cfg.batch_size, seq_len=model_cfg.seq_len,
-                    dtype=_cost_dtype(train_cfg, device), device=pick_device(device).type)
+    cost = training_cost(model_cfg, train_cfg, device)
     c = spec.constraints
     limit = memory_limit_bytes(spec, device)
     reasons = []

@@ -81,22 +81,17 @@ class TrainRequest:
             ValueError: An unknown or unavailable device.
             ConfigError: The estimated training memory exceeds the device's memory.
         """
-        from models.cost import estimate
-        from sweep.hardware import autocast_dtype, pick_device
-        from sweep.space import device_memory_bytes
+        from sweep.space import device_memory_bytes, training_cost
 
         requested = device or self.train_config.device
-        dev = pick_device(requested)
-        dtype = "bf16" if autocast_dtype(self.train_config.precision, dev) else "fp32"
-        need = estimate(self.model_config, batch_size=self.train_config.batch_size,
-                        dtype=dtype, device="cuda" if dev.type == "cuda" else "cpu").memory.total
+        need = training_cost(self.model_config, self.train_config, requested).memory.total
         have = device_memory_bytes(requested)
         if need > have:
             raise ConfigError(
                 f"estimated training memory {need / 1e9:.3g} GB (model.d_model="
                 f"{self.model_config.d_model}, model.n_layers={self.model_config.n_layers}, "
                 f"train.batch_size={self.train_config.batch_size}) exceeds the "
-                f"{have / 1e9:.3g} GB of {dev}")
+                f"{have / 1e9:.3g} GB of {requested}")
 
     def load(self) -> Corpus:
         """Prepare (or reuse) the corpus; the model's vocab follows it unless set.
