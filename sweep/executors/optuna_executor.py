@@ -123,8 +123,8 @@ def create_study(ctx: StudyContext, *, seed_offset: int = 0) -> optuna.Study:
     )
 
 
-def _optimize(ctx: StudyContext, n_trials: int, seed_offset: int) -> None:
-    study = create_study(ctx, seed_offset=seed_offset)
+def _optimize(study: optuna.Study, ctx: StudyContext, n_trials: int) -> None:
+    # A trial that raises is recorded FAILED (run and Optuna trial); the study goes on.
     study.optimize(_objective(ctx), n_trials=n_trials, catch=(Exception,),
                    timeout=ctx.spec.search.timeout_s)
 
@@ -133,12 +133,12 @@ def _worker_main(ctx: StudyContext, n_trials: int, seed_offset: int, threads: in
     import torch
 
     torch.set_num_threads(threads)
-    _optimize(ctx, n_trials, seed_offset)
+    _optimize(create_study(ctx, seed_offset=seed_offset), ctx, n_trials)
 
 
 def run_worker(ctx: StudyContext, n_trials: int) -> None:
     """Join the study from this process (``sweep worker``) and run ``n_trials`` trials."""
-    _optimize(ctx, n_trials, seed_offset=os.getpid())
+    _optimize(create_study(ctx, seed_offset=os.getpid()), ctx, n_trials)
 
 
 def _rows(study: optuna.Study) -> list[TrialRow]:
@@ -185,8 +185,7 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
     poller.start()
     try:
         if n_trials and parallel == 1:
-            study.optimize(_objective(ctx), n_trials=n_trials, catch=(Exception,),
-                           timeout=ctx.spec.search.timeout_s)
+            _optimize(study, ctx, n_trials)
         elif n_trials:
             mp = multiprocessing.get_context("spawn")  # no forked torch/MLflow state
             threads = max(1, (os.cpu_count() or 1) // parallel)
