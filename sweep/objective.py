@@ -104,17 +104,14 @@ class _Tee:
         return self.reporter.should_stop()
 
 
-def _flat_params(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in params.items()}
-
-
 def start_run(
     ctx: StudyContext, number: int, model: ModelConfig, train: TrainConfig
 ) -> TrialRun:
-    """Open trial ``number``'s MLflow run with its resolved configs as params."""
-    return ctx.tracking.start_trial(
-        number, {"model": model.to_dict(), "train": _flat_params(train.to_dict())}
-    )
+    """Open trial ``number``'s MLflow run with its resolved configs as params.
+
+    Params are the flat dotted keys of `sweep.tracking` (``model.d_model``, ``train.lr``).
+    """
+    return ctx.tracking.start_trial(number, {"model": model.to_dict(), "train": train.to_dict()})
 
 
 def evaluate(
