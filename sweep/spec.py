@@ -237,7 +237,12 @@ class PBTSpec(_Section):
     """``search.pbt``: population-based training (Jaderberg et al. 2017) with Ray Tune.
 
     Intervals are in training tokens; members copy the weights of a better member and perturb
-    ``hyperparam_mutations`` every ``perturbation_interval`` tokens.
+    ``hyperparam_mutations`` every ``perturbation_interval`` tokens. ``synch: false`` (default)
+    is the asynchronous form: each member is compared with whatever the others last reported
+    when it reaches its own interval, so which members overlap depends on timing. ``synch: true``
+    is the synchronous form (Jaderberg et al. 2017, appendix A.1; Ray Tune's ``synch``): members
+    wait at every interval until all live members reach it, then the bottom quantile exploits
+    the top one; reproducible, at the cost of idle members while the slowest catches up.
     """
 
     perturbation_interval: int = Field(gt=0)
@@ -245,6 +250,7 @@ class PBTSpec(_Section):
     hyperparam_mutations: dict[str, Param] = Field(min_length=1)
     quantile_fraction: float = Field(default=0.25, gt=0, le=0.5)
     resample_probability: float = Field(default=0.25, ge=0, le=1)
+    synch: bool = False
 
 
 Sampler = Literal["tpe", "gp", "cmaes", "random", "grid", "nsga2"]

@@ -41,7 +41,8 @@ On exploit, Ray restarts the member from the donor's checkpoint with a mutated c
 member loads it, applies the config's mutable values, and continues logging to its own MLflow
 run (found by its trial number), recording the new values with
 `sweep.tracking.TrialRun.log_mutation` at the donor's token count, and the donor's trial number
-as ``pbt.donor`` (metric at that step and tag).
+as ``pbt.donor`` (metric at that step and tag). ``search.pbt.synch`` picks Ray's synchronous
+PBT (members wait for each other at every interval) over the default asynchronous one.
 
 Ray: a cluster at ``address`` (or ``RAY_ADDRESS``), else a local instance bound to 127.0.0.1
 with all CPUs and no dashboard; an instance already started in this process is used as is.
@@ -161,6 +162,7 @@ def make_scheduler(spec: StudySpec) -> Any:
             hyperparam_mutations=space.pbt_mutations(spec),
             quantile_fraction=s.pbt.quantile_fraction,
             resample_probability=s.pbt.resample_probability,
+            synch=s.pbt.synch,
             custom_explore_fn=_clip_mutations(spec),
         )
     if s.scheduler == "none":

@@ -245,13 +245,18 @@ def test_a_trial_that_raises_ends_failed_and_the_study_continues(mixed_study):
 
 # ---------------------------------------------------------------------------------- PBT
 def test_pbt_exploits_the_better_member_and_mutates_its_lr(tmp_path):
+    # Synchronous PBT: both members stop at 4096 tokens and the worse one then exploits the
+    # better one, whatever the scheduling. (Asynchronous PBT compares a member only with
+    # members alive at that moment; on a loaded 2-core machine one member may finish its
+    # whole budget before the other has reported once, and nothing is exploited.)
     def build(seed):
         return make_spec(
-            "ray-pbt", train={"lr": {"float": [1e-6, 3e-2], "log": True},
+            "ray-pbt", train={"lr": {"float": [1e-6, 3e-2], "log": True}, "tokens": 10240,
                               "schedule": "constant", "warmup": 0.0},
             search={"scheduler": "pbt", "n_trials": 2, "seed": seed,
                     "pbt": {"perturbation_interval": 4096, "checkpoint_interval": 2048,
                             "quantile_fraction": 0.5, "resample_probability": 0.0,
+                            "synch": True,
                             "hyperparam_mutations": {"lr": {"float": [1e-6, 3e-2],
                                                             "log": True}}}})
 

@@ -153,6 +153,12 @@ def test_pbt_other_rules():
     spec = parse_spec(pbt_spec({"lr": {"float": [1e-4, 1e-2], "log": True},
                                 "dropout": {"choice": [0.0, 0.1]}}))
     assert spec.search.sampler == "random" and spec.search.pruner == "none"
+    assert not spec.search.pbt.synch
+    data = pbt_spec({"lr": {"float": [1e-4, 1e-2]}})
+    data["search"]["pbt"]["synch"] = "sometimes"
+    assert "search.pbt.synch" in problems(data)
+    data["search"]["pbt"]["synch"] = True
+    assert parse_spec(data).search.pbt.synch
 
 
 def test_never_valid_shapes_are_rejected():
