@@ -283,11 +283,15 @@ def worker(
 
     from sweep.executors import optuna_executor
     from sweep.objective import StudyContext
-    from sweep.tracking import TrialContext, find_study
+    from sweep.tracking import TrialContext, UnreachableStoreError, check_reachable, find_study
 
     spec = _load_study_spec(spec_path, "optuna")
     out_dir = Path(out) if out else spec.default_output_dir()
     uri = spec.tracking_uri(out_dir)
+    try:
+        check_reachable(uri, spec.tracking_uri_source())
+    except UnreachableStoreError as exc:
+        bad_input(str(exc))
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         bad_input(f"no study {spec.tracking.experiment!r}: {uri} does not exist; start it "
                   "with sweep run")
@@ -384,10 +388,11 @@ def results(
     from rich.table import Table
 
     from sweep.results import StudyNotFoundError, load_results
+    from sweep.tracking import UnreachableStoreError
 
     try:
         frame = load_results(study, tracking_uri=tracking_uri)
-    except StudyNotFoundError as exc:
+    except (StudyNotFoundError, UnreachableStoreError) as exc:
         bad_input(str(exc))
     except Exception as exc:  # MLflow's errors for an unreachable or unknown store
         bad_input(f"--tracking-uri {tracking_uri}: {type(exc).__name__}: {exc}")

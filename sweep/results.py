@@ -94,6 +94,7 @@ def resolve_study(study_or_dir: str | Path, tracking_uri: str | None = None) -> 
 
     Raises:
         StudyNotFoundError: Naming ``study_or_dir`` (and the studies the store holds).
+        sweep.tracking.UnreachableStoreError: ``tracking_uri`` is a server that does not answer.
     """
     name = str(study_or_dir)
     if tracking_uri is None:
@@ -118,6 +119,7 @@ def resolve_study(study_or_dir: str | Path, tracking_uri: str | None = None) -> 
         raise StudyNotFoundError(f"{db} holds studies {studies}; none is named {name!r}; "
                                  f"name one: --tracking-uri {tracking_uri} STUDY")
     tracking_uri = tracking.absolute_uri(tracking_uri)
+    tracking.check_reachable(tracking_uri, "--tracking-uri")
     studies = tracking.list_studies(tracking_uri)
     for candidate in (name, Path(name).name):
         if candidate in studies:

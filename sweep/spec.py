@@ -429,6 +429,18 @@ class StudySpec(BaseModel):
         return (self.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
                 or default_tracking_uri(out_dir))
 
+    def tracking_uri_source(self) -> str:
+        """Where `tracking_uri` comes from, for messages.
+
+        Returns:
+            ``tracking.uri``, ``MLFLOW_TRACKING_URI`` or ``default``.
+        """
+        import os
+
+        if self.tracking.uri:
+            return "tracking.uri"
+        return "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "default"
+
     def default_output_dir(self) -> Path:
         return Path("runs") / self.name
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sweep import tracking
 from sweep.data import Corpus, load_corpus
 from sweep.executors import get_executor
 from sweep.objective import StudyContext
@@ -105,7 +106,8 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
               n_samples: int = 64) -> Corpus:
     """Check what a study needs before it writes anything, and prepare its corpus.
 
-    Checks the training device, that some configs of the space are valid and within the
+    Checks the training device, that an MLflow server named by the spec answers
+    (`sweep.tracking.check_reachable`), that some configs of the space are valid and within the
     constraints (its corners and ``n_samples`` random draws priced by the cost model, as
     ``sweep validate`` does), the output folder, and that the corpus holds one sequence of the
     shortest ``seq_len`` and fits the largest ``vocab_size`` of the space. If a check fails,
@@ -132,6 +134,10 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
             f"study {spec.name}: none of {summary['n_configs']} sampled configs is valid and "
             "within the constraints, so no trial could train; for example: "
             + "; ".join(examples[:2]))
+    try:
+        tracking.check_reachable(spec.tracking_uri(out), spec.tracking_uri_source())
+    except tracking.UnreachableStoreError as exc:
+        raise PreflightError(str(exc)) from None
     if out.exists() and not out.is_dir():
         raise PreflightError(f"--out {out}: is a file, not a folder")
     if str(out) in ("", "."):

@@ -120,6 +120,47 @@ def absolute_uri(tracking_uri: str) -> str:
     return f"sqlite:///{path.resolve()}" if path is not None else tracking_uri
 
 
+class UnreachableStoreError(ValueError):
+    """An MLflow tracking server does not answer."""
+
+
+def check_reachable(tracking_uri: str, source: str = "tracking URI", *,
+                    timeout_s: float = 10.0) -> None:
+    """Fail fast when an ``http(s)://`` tracking server does not answer.
+
+    MLflow's REST client retries a refused or timed-out request with backoff for minutes
+    (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``) before it raises, so a mistyped or stopped server
+    would look like a hung study. One GET of the server's ``/health`` endpoint with a
+    ``timeout_s`` timeout tells first; any HTTP answer (even 401 from a proxy that wants
+    credentials) counts as reachable. Other schemes (SQLite, files) are not checked here.
+
+    Args:
+        tracking_uri: The MLflow tracking URI.
+        source: Where the URI came from, for the message (``tracking.uri``,
+            ``MLFLOW_TRACKING_URI``, ``--tracking-uri``).
+        timeout_s: Seconds to wait for the connection and the answer.
+
+    Raises:
+        UnreachableStoreError: Naming ``source``, the URI and the network error.
+    """
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    if urllib.parse.urlsplit(tracking_uri).scheme not in ("http", "https"):
+        return
+    try:
+        with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=timeout_s):
+            pass
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise UnreachableStoreError(
+            f"{source} {tracking_uri}: no MLflow server answers there ({reason}); start it "
+            "(mlflow server --host 127.0.0.1 --port PORT) or fix the address") from None
+
+
 def ensure_store(tracking_uri: str) -> None:
     """Create and migrate the tracking store once, before any worker opens it.
 
