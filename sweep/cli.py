@@ -140,8 +140,8 @@ def run(
     executor: str = typer.Option(None, help="Override search.executor: optuna or ray."),
     trials: int = typer.Option(None, min=1, help="Override search.n_trials."),
     out: str = typer.Option(None, help="Output folder (default ./runs/<study name>)."),
-    address: str = typer.Option(None, envvar="RAY_ADDRESS",
-                                help="Ray cluster address (ray executor; default: local Ray)."),
+    address: str = typer.Option(None, help="Ray cluster address, host:port or auto (ray "
+                                "executor; default: RAY_ADDRESS, else a local Ray)."),
     device: str = typer.Option(None, help="Training device (default: CUDA when present)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON line."),
@@ -158,6 +158,9 @@ def run(
     from sweep.tracking import ResumeError
 
     spec = _load_study_spec(spec_path, executor, trials)
+    if address and spec.search.executor != "ray":
+        bad_input(f"--address: only the ray executor runs on a Ray cluster; this study's "
+                  f"executor is {spec.search.executor} (add --executor ray)")
     try:
         summary = run_study(spec, out_dir=out, quiet=quiet or as_json, ray_address=address,
                             device=device, console=console)

@@ -11,7 +11,9 @@ corpus cache (``data/``), the Optuna journal, checkpoints and the default MLflow
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,19 +101,20 @@ def with_overrides(spec: StudySpec, *, executor: str | None = None,
 
 
 class PreflightError(ValueError):
-    """The study could never train a trial; found before anything was written."""
+    """The study cannot start or could never train a trial; found before anything is written."""
 
 
 def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
-              n_samples: int = 64) -> Corpus:
+              ray_address: str | None = None, n_samples: int = 64) -> Corpus:
     """Check what a study needs before it writes anything, and prepare its corpus.
 
-    Checks the training device, that an MLflow server named by the spec answers
-    (`sweep.tracking.check_reachable`), that some configs of the space are valid and within the
-    constraints (its corners and ``n_samples`` random draws priced by the cost model, as
-    ``sweep validate`` does), the output folder, and that the corpus holds one sequence of the
-    shortest ``seq_len`` and fits the largest ``vocab_size`` of the space. If a check fails,
-    a new output folder is removed again.
+    Checks the training device; that an MLflow server named by the spec answers
+    (`sweep.tracking.check_reachable`); for a ``ray`` study, that a Ray cluster address
+    (``ray_address``, else ``RAY_ADDRESS``) answers (`sweep.executors.ray_executor.check_address`);
+    that some configs of the space are valid and within the constraints (its corners and
+    ``n_samples`` random draws priced by the cost model, as ``sweep validate`` does); the output
+    folder; and that the corpus holds one sequence of the shortest ``seq_len`` and fits the
+    largest ``vocab_size`` of the space. If a check fails, a new output folder is removed again.
 
     Returns:
         The prepared corpus (cached under ``<out>/data``).
@@ -138,6 +141,14 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
         tracking.check_reachable(spec.tracking_uri(out), spec.tracking_uri_source())
     except tracking.UnreachableStoreError as exc:
         raise PreflightError(str(exc)) from None
+    if spec.search.executor == "ray":
+        from sweep.executors.ray_executor import UnreachableClusterError, check_address
+
+        source = "--address" if ray_address else "RAY_ADDRESS"
+        try:
+            check_address(ray_address or os.environ.get("RAY_ADDRESS"), source)
+        except UnreachableClusterError as exc:
+            raise PreflightError(str(exc)) from None
     if out.exists() and not out.is_dir():
         raise PreflightError(f"--out {out}: is a file, not a folder")
     if str(out) in ("", "."):
@@ -199,12 +210,56 @@ def run_study(
         The `StudySummary`.
 
     Raises:
-        PreflightError: The study could never train a trial (see `preflight`).
+        PreflightError: The study could never train a trial (see `preflight`), or Ray
+            refused the connection.
         sweep.tracking.ResumeError: The stored study cannot continue under this spec.
         sweep.data.DataError: The corpus cannot be prepared.
     """
     out = Path(out_dir) if out_dir is not None else spec.default_output_dir()
-    corpus = preflight(spec, out, device=device)
+    created = not out.exists()
+    corpus = preflight(spec, out, device=device, ray_address=ray_address)
+    with contextlib.ExitStack() as stack:
+        if spec.search.executor == "ray":
+            try:
+                stack.enter_context(_ray_connection(ray_address))
+            except PreflightError:
+                if created:
+                    shutil.rmtree(out, ignore_errors=True)
+                raise
+        return _run(spec, out, corpus, quiet=quiet, ray_address=ray_address, device=device,
+                    console=console)
+
+
+@contextlib.contextmanager
+def _ray_connection(address: str | None):
+    """Connect to Ray (`ray_executor.init_ray`) before the study writes its parent run.
+
+    Raises:
+        PreflightError: Ray refused the connection (e.g. a cluster with token authentication
+            and no token here), naming ``--address`` or ``RAY_ADDRESS``.
+    """
+    from sweep.executors.ray_executor import init_ray
+
+    try:
+        started = init_ray(address)
+    except ConnectionError as exc:
+        source, value = ("--address", address) if address else \
+            ("RAY_ADDRESS", os.environ.get("RAY_ADDRESS", "auto"))
+        raise PreflightError(
+            f"{source} {value}: Ray could not connect ({exc}); a cluster with token "
+            "authentication also needs RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN or "
+            "~/.ray/auth_token) here") from None
+    try:
+        yield
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+
+
+def _run(spec: StudySpec, out: Path, corpus: Corpus, *, quiet: bool, ray_address: str | None,
+         device: str | None, console: Any) -> StudySummary:
     uri = spec.tracking_uri(out)
     plain = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     executor = get_executor(spec.search.executor)

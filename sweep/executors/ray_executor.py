@@ -46,6 +46,9 @@ PBT (members wait for each other at every interval) over the default asynchronou
 
 Ray: a cluster at ``address`` (or ``RAY_ADDRESS``), else a local instance bound to 127.0.0.1
 with all CPUs and no dashboard; an instance already started in this process is used as is.
+`check_address` refuses an address where nothing answers before anything is written (Ray itself
+would wait for minutes). A cluster with token authentication needs ``RAY_AUTH_MODE=token`` and
+its token in the driver's environment before Ray is imported.
 GPUs per trial are requested only when the cluster has GPUs.
 """
 
@@ -109,6 +112,56 @@ def init_ray(address: str | None = None) -> bool:
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False,
                  _node_ip_address="127.0.0.1", **quiet)
     return True
+
+
+class UnreachableClusterError(ValueError):
+    """A Ray cluster address that is malformed or where no cluster answers."""
+
+
+def check_address(address: str | None, source: str = "--address", *,
+                  timeout_s: float = 5.0) -> None:
+    """Fail fast when a Ray cluster address does not answer.
+
+    ``ray.init(address=...)`` waits for an absent cluster's GCS for minutes, logging retries,
+    before it gives up; one TCP connection to the address (the GCS port, or the Ray Client
+    server port of ``ray://host:port``) tells at once. ``auto`` is resolved the way Ray does (the
+    cluster last started on this machine, recorded in Ray's temp folder); ``local`` and None
+    start a new local instance and need no check.
+
+    Args:
+        address: ``host:port``, ``ray://host:port``, ``auto``, ``local`` or None.
+        source: Where the address came from, for the message (``--address``, ``RAY_ADDRESS``).
+        timeout_s: Seconds to wait for the connection.
+
+    Raises:
+        UnreachableClusterError: Naming ``source``, the address and the rule or network error.
+    """
+    import socket
+
+    if address in (None, "", "local"):
+        return
+    target = address
+    if address == "auto":
+        from ray._private import services
+
+        try:
+            target = services.canonicalize_bootstrap_address("auto")
+        except ConnectionError:
+            target = None
+        if target is None:
+            raise UnreachableClusterError(
+                f"{source} auto: no Ray cluster was started on this machine; start one "
+                "(ray start --head --node-ip-address 127.0.0.1) or give its host:port")
+    host, sep, port = target.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UnreachableClusterError(
+            f"{source} {address}: not a Ray address (host:port, ray://host:port, auto or local)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise UnreachableClusterError(
+            f"{source} {address}: no Ray cluster answers at {host}:{port} "
+            f"({exc.strerror or exc}); start it (ray start --head) or fix the address") from None
 
 
 def _resources(spec: StudySpec) -> dict[str, float]:

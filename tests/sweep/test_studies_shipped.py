@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from sweep import space
@@ -90,3 +91,18 @@ def test_cluster_specs_in_docker_validate(path):
     assert spec.tracking.uri and spec.tracking.uri.startswith("http://")
     summary = space.summarize(spec, n_samples=16, device="cpu")
     assert summary["n_invalid"] == 0, summary["invalid_examples"]
+
+
+def test_compose_cluster_shares_one_ray_token_and_binds_loopback():
+    compose = yaml.safe_load((Path(__file__).resolve().parents[2] / "docker"
+                              / "docker-compose.yml").read_text())
+    services = compose["services"]
+    ray_side = ["ray-head", "ray-worker", "sweep"]
+    for name in ray_side:
+        env = services[name]["environment"]
+        assert env["RAY_AUTH_MODE"] == "token", name
+        assert env["RAY_AUTH_TOKEN"].startswith("${RAY_AUTH_TOKEN:?"), name
+    assert services["sweep"]["environment"]["RAY_ADDRESS"] == "ray-head:6379"
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)

@@ -1,0 +1,163 @@
+"""`sweep run --address`: a study on a Ray cluster started with ``ray start --head``.
+
+The cluster is a real head node on 127.0.0.1 in its own temp folder and process group; the
+study's trials run in its workers. Addresses where no cluster answers exit 2 at once (Ray
+itself would wait for minutes), with nothing written.
+"""
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sweep.cli import app
+from sweep.results import load_results
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.ray
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spec_file(tmp_path, executor="ray"):
+    data = {
+        "name": "on-a-cluster",
+        "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=40000",
+        "model": {"vocab_size": 16, "seq_len": 32, "d_model": 16, "n_heads": 2, "n_layers": 1},
+        "train": {"tokens": 4096, "batch_size": 8, "lr": {"float": [1e-3, 3e-2], "log": True},
+                  "eval_every": 2048, "eval_tokens": 1024},
+        "search": {"executor": executor, "sampler": "random", "scheduler": "none",
+                   "n_trials": 2, "parallel": 2},
+        "resources": {"cpus_per_trial": 1},
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture
+def head_node():
+    """``ray start --head --block`` on 127.0.0.1, with token authentication.
+
+    Yields ``(address, env)``: ``env`` holds ``RAY_AUTH_MODE=token`` and the cluster's token,
+    as a user's shell would. Ray reads them when it is imported, so the study runs in its own
+    process (`sweep_cli`). The head is stopped with SIGTERM (it stops its own processes), then
+    its process group is killed.
+    """
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
+    port = free_port()
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
+           "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "2",
+           "--include-dashboard", "false", "--temp-dir", temp, "--disable-usage-stats"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, env=env)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, "ray start exited"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("the Ray head node did not open its port within 90 s")
+        yield f"127.0.0.1:{port}", env
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def sweep_cli(args, env):
+    """``sweep ARGS`` in a fresh process with ``env``."""
+    return subprocess.run([sys.executable, "-m", "sweep.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_study_runs_on_the_cluster_at_address(head_node, tmp_path):
+    address, env = head_node
+    out = tmp_path / "out"
+    result = sweep_cli(["run", str(spec_file(tmp_path)), "--out", str(out), "--address",
+                        address, "--quiet"], env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    frame = load_results(out)
+    assert sorted(frame["trial"]) == [0, 1]
+    assert (frame["state"] == "COMPLETE").all()
+    # Ray's records of both trials are under the study folder.
+    assert len(list((out / "ray").glob("*/*/result.json"))) == 2
+
+
+def test_cluster_that_refuses_the_token_exits_2_and_writes_nothing(head_node, tmp_path):
+    address, env = head_node
+    out = tmp_path / "out"
+    result = sweep_cli(["run", str(spec_file(tmp_path)), "--out", str(out), "--address",
+                        address], {**env, "RAY_AUTH_TOKEN": "not-the-clusters-token"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    text = " ".join(result.stderr.split())
+    assert f"--address {address}: Ray could not connect" in text
+    assert "RAY_AUTH_MODE=token" in text and "Traceback" not in text
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_address_where_no_cluster_answers_exits_2_and_writes_nothing(tmp_path, monkeypatch,
+                                                                     how):
+    address = f"127.0.0.1:{free_port()}"
+    out = tmp_path / "out"
+    command = ["run", str(spec_file(tmp_path)), "--out", str(out)]
+    if how == "flag":
+        command += ["--address", address]
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 2, result.output
+    source = "--address" if how == "flag" else "RAY_ADDRESS"
+    assert f"{source} {address}: no Ray cluster answers" in " ".join(result.output.split())
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("address, rule", [
+    ("nonsense", "not a Ray address"),
+    ("127.0.0.1:99999", "not a Ray address"),
+    ("auto", "no Ray cluster was started on this machine"),
+])
+def test_bad_address_exits_2(tmp_path, monkeypatch, address, rule):
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray-here"))  # where `auto` looks
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(spec_file(tmp_path)), "--out", str(out),
+                                      "--address", address])
+    assert result.exit_code == 2, result.output
+    assert f"--address {address}: {rule}" in " ".join(result.output.split())
+    assert not out.exists()
+
+
+def test_address_with_the_optuna_executor_exits_2(tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(spec_file(tmp_path, "ray")), "--out", str(out),
+                                      "--executor", "optuna", "--address", "127.0.0.1:6379"])
+    assert result.exit_code == 2, result.output
+    assert "--address: only the ray executor runs on a Ray cluster" in " ".join(
+        result.output.split())
+    assert not out.exists()
