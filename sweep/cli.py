@@ -293,7 +293,8 @@ def worker(
     uri = spec.tracking_uri(out_dir)
     try:
         check_reachable(uri, spec.tracking_uri_source())
-    except UnreachableStoreError as exc:
+        optuna_executor.check_storage(spec.storage_url(out_dir))
+    except (UnreachableStoreError, optuna_executor.StorageError) as exc:
         bad_input(str(exc))
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         bad_input(f"no study {spec.tracking.experiment!r}: {uri} does not exist; start it "

@@ -109,12 +109,14 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
     """Check what a study needs before it writes anything, and prepare its corpus.
 
     Checks the training device; that an MLflow server named by the spec answers
-    (`sweep.tracking.check_reachable`); for a ``ray`` study, that a Ray cluster address
-    (``ray_address``, else ``RAY_ADDRESS``) answers (`sweep.executors.ray_executor.check_address`);
-    that some configs of the space are valid and within the constraints (its corners and
-    ``n_samples`` random draws priced by the cost model, as ``sweep validate`` does); the output
-    folder; and that the corpus holds one sequence of the shortest ``seq_len`` and fits the
-    largest ``vocab_size`` of the space. If a check fails, a new output folder is removed again.
+    (`sweep.tracking.check_reachable`); that an RDB ``search.storage`` accepts a connection
+    (`sweep.executors.optuna_executor.check_storage`); for a ``ray`` study, that a Ray cluster
+    address (``ray_address``, else ``RAY_ADDRESS``) answers
+    (`sweep.executors.ray_executor.check_address`); that some configs of the space are valid and
+    within the constraints (its corners and ``n_samples`` random draws priced by the cost model,
+    as ``sweep validate`` does); the output folder; and that the corpus holds one sequence of the
+    shortest ``seq_len`` and fits the largest ``vocab_size`` of the space. If a check fails, a
+    new output folder is removed again.
 
     Returns:
         The prepared corpus (cached under ``<out>/data``).
@@ -141,6 +143,13 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
         tracking.check_reachable(spec.tracking_uri(out), spec.tracking_uri_source())
     except tracking.UnreachableStoreError as exc:
         raise PreflightError(str(exc)) from None
+    if spec.search.executor == "optuna":
+        from sweep.executors.optuna_executor import StorageError, check_storage
+
+        try:
+            check_storage(spec.storage_url(out))
+        except StorageError as exc:
+            raise PreflightError(str(exc)) from None
     if spec.search.executor == "ray":
         from sweep.executors.ray_executor import UnreachableClusterError, check_address
 

@@ -25,7 +25,8 @@ from sweep import space
 from sweep.objective import StudyContext, evaluate, objective_values
 from sweep.progress import ProgressView, TrialRow
 
-__all__ = ["OptunaReporter", "create_study", "make_storage", "run", "run_worker"]
+__all__ = ["OptunaReporter", "StorageError", "check_storage", "create_study", "make_storage",
+           "run", "run_worker"]
 
 _CONSTRAINED_SAMPLERS = ("tpe", "gp", "nsga2")
 _STATE_ATTR = "sweep.state"
@@ -39,6 +40,51 @@ def make_storage(url: str) -> Any:
 
     Path(url).parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(url)))
+
+
+class StorageError(ValueError):
+    """An RDB storage URL that cannot be used: no driver, or no database answers."""
+
+
+def check_storage(url: str, *, timeout_s: int = 10) -> None:
+    """Fail fast when an RDB storage URL cannot be used, before the study writes anything.
+
+    Opens one connection with SQLAlchemy (what Optuna's ``RDBStorage`` uses), with a
+    ``timeout_s`` connect timeout for PostgreSQL and MySQL. Journal file paths are not checked
+    (the file is created on first use, under the output folder that `sweep.study.preflight`
+    checks).
+
+    Raises:
+        StorageError: Naming ``search.storage`` and the URL (password hidden), with the
+            missing driver (``pip install 'transformer-sweep[postgres]'`` for PostgreSQL) or
+            the database's answer.
+    """
+    if "://" not in url:
+        return
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError as exc:
+        raise StorageError(f"search.storage: not a database URL ({exc})") from None
+    shown = parsed.render_as_string(hide_password=True)
+    backend = parsed.get_backend_name()
+    args = {"connect_timeout": timeout_s} if backend in ("postgresql", "mysql") else {}
+    try:
+        engine = sqlalchemy.create_engine(parsed, connect_args=args, poolclass=NullPool)
+    except (ImportError, sqlalchemy.exc.NoSuchModuleError) as exc:
+        hint = " (pip install 'transformer-sweep[postgres]')" if backend == "postgresql" else ""
+        raise StorageError(f"search.storage {shown}: no database driver for it: "
+                           f"{exc}{hint}") from None
+    try:
+        with engine.connect():
+            pass
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        reason = " ".join(str(getattr(exc, "orig", None) or exc).split())
+        raise StorageError(f"search.storage {shown}: cannot connect: {reason}") from None
+    finally:
+        engine.dispose()
 
 
 class OptunaReporter:
