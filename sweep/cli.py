@@ -370,12 +370,27 @@ def estimate_cmd(
                   "peak of a steady-state training step", highlight=False)
 
 
+_REASON_WIDTH = 40  # characters of a failure reason per line in `sweep results`
+
+
 def _format_cell(value: object) -> str:
     import math
 
     if isinstance(value, float):
         return f"{value:.4g}" if math.isfinite(value) else "-"
     return "-" if value is None else str(value)
+
+
+def _format_count(value: object) -> str:
+    """A count with an SI suffix and 4 significant digits: 599040 -> ``599k``."""
+    import math
+
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return _format_cell(value)
+    for suffix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.4g}{suffix}"
+    return f"{value:.4g}"
 
 
 @app.command()
@@ -413,14 +428,38 @@ def results(
             "final val", "tokens": "tokens", "n_params": "params", "flops_per_token": "FLOPs/tok"}
     varied = {c: c.split(".", 1)[1] for c in frame.columns
               if c.startswith(("model.", "train.")) and frame[c].astype(str).nunique() > 1}
-    columns = {**lead, **varied, "fail_reason": "reason"}
+    columns = {c: h for c, h in lead.items() if c in frame.columns}
+    if "fail_reason" in frame.columns and shown["fail_reason"].notna().any():
+        columns["fail_reason"] = "reason"
+    columns.update(varied)
+    counts = ("tokens", "n_params", "flops_per_token")
+    cells = {c: [_format_count(v) if c in counts else _format_cell(v) for v in shown[c]]
+             for c in columns}
+    # A box table spends 3 characters a column (padding and border) and 1 more at the edge.
+    widths = {c: max([len(h)] + [len(x) for x in cells[c]]) + 3 for c, h in columns.items()}
+    if "fail_reason" in widths:
+        widths["fail_reason"] = min(widths["fail_reason"], _REASON_WIDTH + 3)
+    out, left_out = console, []
+    if not console.is_terminal:  # a file or a pipe: whole lines, every column
+        from rich.console import Console
+
+        out = Console(width=max(80, 1 + sum(widths.values())))
+    else:  # drop the last columns that do not fit; the lead ones always stay
+        while len(columns) > len(lead) and 1 + sum(widths.values()) > console.width:
+            dropped = list(columns)[-1]
+            left_out.insert(0, columns.pop(dropped))
+            widths.pop(dropped)
     table = Table(title=f"{frame.attrs['study']}: {len(frame)} trials (best first)")
     for column, header in columns.items():
-        table.add_column(header, overflow="fold", max_width=40 if column == "fail_reason" else None,
-                         no_wrap=column == "state")
-    for _, row in shown.iterrows():
-        table.add_row(*(_format_cell(row[c]) for c in columns))
-    console.print(table)
+        wide = column == "fail_reason"
+        table.add_column(header, overflow="fold", no_wrap=not wide,
+                         max_width=_REASON_WIDTH if wide else None)
+    for row in range(len(shown)):
+        table.add_row(*(cells[c][row] for c in columns))
+    out.print(table)
+    if left_out:
+        out.print(f"not shown (terminal too narrow): {', '.join(left_out)}; all columns with "
+                  "--csv FILE or --json", highlight=False)
     if csv:
         console.print(f"wrote {len(frame)} trials to {csv}", highlight=False)
 

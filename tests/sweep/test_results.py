@@ -122,6 +122,32 @@ def test_cli_results_table_json_and_csv(store, tmp_path):
     assert list(table["trial"]) == [2, 0, 1, 3, 4]
 
 
+def test_cli_results_table_fits_the_terminal(store, monkeypatch):
+    from rich.console import Console
+
+    from sweep import cli
+
+    # A pipe or a file: every column, whole lines, numbers never split.
+    result = runner.invoke(app, ["results", str(store["out"])], env={"COLUMNS": "40"})
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if "best val" in line)
+    assert all(h in header for h in ("d_model", "lr", "reason", "params", "FLOPs/tok"))
+    assert "64k" in result.output and "128k" in result.output  # counts with SI suffixes
+    assert "not shown" not in result.output
+    # A terminal 72 columns wide: the leading columns stay, the rest are named below.
+    monkeypatch.setattr(cli, "console", Console(force_terminal=True, width=72,
+                                                color_system=None))
+    result = runner.invoke(app, ["results", str(store["out"])])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 72
+    header = next(line for line in lines if "best val" in line)
+    assert all(h in header for h in ("#", "state", "final val", "params", "FLOPs/tok"))
+    assert "d_model" not in header
+    shown = " ".join(result.output.split())
+    assert "not shown (terminal too narrow): reason, d_model, lr;" in shown
+
+
 def test_cli_results_unknown_study_exits_2(store, monkeypatch):
     monkeypatch.chdir(store["root"])
     result = runner.invoke(app, ["results", "missing-study"])
