@@ -25,7 +25,9 @@ err_console = Console(stderr=True)
 
 def bad_input(message: str) -> NoReturn:
     """Print ``message`` as an error and exit with status 2 (bad input)."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
 
 
@@ -66,6 +68,9 @@ def main() -> None:
     # MLflow announces every store migration at INFO; the commands report what matters.
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # With a tracking server MLflow writes "View run ... at: URL" to stdout for every run it
+    # ends, which would break `--json` output; `sweep results` and `sweep ui` show the runs.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 @app.command()
@@ -302,6 +307,11 @@ def worker(
     found = find_study(uri, spec.tracking.experiment)
     if found is None:
         bad_input(f"no study {spec.tracking.experiment!r} in {uri}; start it with sweep run")
+    storage = spec.storage_url(out_dir)
+    if not optuna_executor.study_exists(spec.name, storage):
+        bad_input(f"no Optuna study {spec.name!r} in search.storage "
+                  f"{optuna_executor.shown_storage(storage)}; start it with sweep run (with the "
+                  "same storage and --out)")
     ctx = StudyContext(spec, out_dir, TrialContext(uri, *found), device=device)
     optuna_executor.run_worker(ctx, trials)
 
@@ -414,7 +424,10 @@ def results(
     except (StudyNotFoundError, UnreachableStoreError) as exc:
         bad_input(str(exc))
     except Exception as exc:  # MLflow's errors for an unreachable or unknown store
-        bad_input(f"--tracking-uri {tracking_uri}: {type(exc).__name__}: {exc}")
+        from sweep.tracking import shown_uri
+
+        bad_input(f"--tracking-uri {shown_uri(tracking_uri)}: {type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0] if str(exc) else ''}")
     if csv:
         try:
             frame.to_csv(csv, index=False)

@@ -333,8 +333,8 @@ def _check_search(spec: StudySpec) -> list[str]:
     if s.storage and "://" in s.storage:
         scheme = s.storage.split("://", 1)[0].split("+", 1)[0]
         if scheme not in _RDB_SCHEMES:
-            problems.append(f"search.storage: {s.storage!r} is neither a journal file path "
-                            f"nor an RDB URL ({', '.join(_RDB_SCHEMES)})")
+            problems.append(f"search.storage: {s.storage.split('://', 1)[0]}://... is neither a "
+                            f"journal file path nor an RDB URL ({', '.join(_RDB_SCHEMES)})")
     return problems
 
 

@@ -124,15 +124,29 @@ class UnreachableStoreError(ValueError):
     """An MLflow tracking server does not answer."""
 
 
+def shown_uri(tracking_uri: str) -> str:
+    """``tracking_uri`` for messages, without a password in it (``http://user:***@host``)."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(tracking_uri)
+    if parts.password is None:
+        return tracking_uri
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
 def check_reachable(tracking_uri: str, source: str = "tracking URI", *,
                     timeout_s: float = 10.0) -> None:
-    """Fail fast when an ``http(s)://`` tracking server does not answer.
+    """Fail fast when an ``http(s)://`` tracking URI names no MLflow server.
 
     MLflow's REST client retries a refused or timed-out request with backoff for minutes
     (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``) before it raises, so a mistyped or stopped server
     would look like a hung study. One GET of the server's ``/health`` endpoint with a
-    ``timeout_s`` timeout tells first; any HTTP answer (even 401 from a proxy that wants
-    credentials) counts as reachable. Other schemes (SQLite, files) are not checked here.
+    ``timeout_s`` timeout tells first: an MLflow server answers 200, and 401/403 (a proxy that
+    wants credentials other than the URL's) also count as reachable; no answer, or any other
+    status (another web server, a wrong path prefix), is refused. Credentials in the URL
+    (``http://user:password@host``) are sent as HTTP basic auth, as MLflow does, and never
+    printed. Other schemes (SQLite, files) are not checked here.
 
     Args:
         tracking_uri: The MLflow tracking URI.
@@ -141,23 +155,47 @@ def check_reachable(tracking_uri: str, source: str = "tracking URI", *,
         timeout_s: Seconds to wait for the connection and the answer.
 
     Raises:
-        UnreachableStoreError: Naming ``source``, the URI and the network error.
+        UnreachableStoreError: Naming ``source``, the URI (password hidden) and the reason.
     """
+    import base64
+    import http.client
     import urllib.error
     import urllib.parse
     import urllib.request
 
-    if urllib.parse.urlsplit(tracking_uri).scheme not in ("http", "https"):
+    parts = urllib.parse.urlsplit(tracking_uri)
+    if parts.scheme not in ("http", "https"):
         return
+    shown = shown_uri(tracking_uri)
     try:
-        with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=timeout_s):
-            pass
-    except urllib.error.HTTPError:
-        return
-    except (OSError, ValueError) as exc:
+        parts.port  # noqa: B018 (raises ValueError for a port out of range or not a number)
+    except ValueError as exc:
+        raise UnreachableStoreError(f"{source} {shown}: not a valid URL ({exc})") from None
+    if not parts.hostname:
+        raise UnreachableStoreError(f"{source} {shown}: not a valid URL (no host)")
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/health",
+                                   "", ""))
+    request = urllib.request.Request(url)
+    if parts.username is not None:
+        user = urllib.parse.unquote(parts.username)
+        password = urllib.parse.unquote(parts.password or "")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s):
+            return
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            return
+        raise UnreachableStoreError(
+            f"{source} {shown}: the server there is not an MLflow tracking server (GET "
+            f"{parts.path.rstrip('/')}/health answered {exc.code} {exc.reason}); check the "
+            "address and any path prefix") from None
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise UnreachableStoreError(
-            f"{source} {tracking_uri}: no MLflow server answers there ({reason}); start it "
+            f"{source} {shown}: no MLflow server answers there ({reason}); start it "
             "(mlflow server --host 127.0.0.1 --port PORT) or fix the address") from None
 
 

@@ -42,6 +42,30 @@ def make_storage(url: str) -> Any:
     return JournalStorage(JournalFileBackend(str(url)))
 
 
+def shown_storage(url: str) -> str:
+    """``url`` for messages: an RDB URL without its password (userinfo or query)."""
+    if "://" not in url:
+        return url
+    import sqlalchemy
+
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except (sqlalchemy.exc.ArgumentError, ValueError):
+        scheme = url.split("://", 1)[0]
+        return f"{scheme}://***"
+    if "password" in parsed.query:
+        parsed = parsed.update_query_dict({"password": "***"})
+    return parsed.render_as_string(hide_password=True)
+
+
+def study_exists(name: str, url: str) -> bool:
+    """Whether the storage at ``url`` holds an Optuna study ``name`` (a missing journal: no)."""
+    if "://" not in url and not Path(url).is_file():
+        return False
+    storage = make_storage(url)
+    return any(s.study_name == name for s in optuna.get_all_study_summaries(storage))
+
+
 class StorageError(ValueError):
     """An RDB storage URL that cannot be used: no driver, or no database answers."""
 
@@ -64,23 +88,28 @@ def check_storage(url: str, *, timeout_s: int = 10) -> None:
     import sqlalchemy
     from sqlalchemy.pool import NullPool
 
+    shown = shown_storage(url)
     try:
         parsed = sqlalchemy.engine.make_url(url)
-    except sqlalchemy.exc.ArgumentError as exc:
-        raise StorageError(f"search.storage: not a database URL ({exc})") from None
-    shown = parsed.render_as_string(hide_password=True)
+        parsed.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except (sqlalchemy.exc.ArgumentError, ValueError) as exc:
+        raise StorageError(f"search.storage {shown}: not a database URL ({exc})") from None
     backend = parsed.get_backend_name()
+    if backend == "sqlite":  # a file: created on first use, nothing to reach
+        return
     args = {"connect_timeout": timeout_s} if backend in ("postgresql", "mysql") else {}
     try:
         engine = sqlalchemy.create_engine(parsed, connect_args=args, poolclass=NullPool)
     except (ImportError, sqlalchemy.exc.NoSuchModuleError) as exc:
-        hint = " (pip install 'transformer-sweep[postgres]')" if backend == "postgresql" else ""
+        missing = getattr(exc, "name", None) or ""
+        hint = (" (pip install 'transformer-sweep[postgres]')"
+                if backend == "postgresql" and missing.startswith("psycopg") else "")
         raise StorageError(f"search.storage {shown}: no database driver for it: "
                            f"{exc}{hint}") from None
     try:
         with engine.connect():
             pass
-    except sqlalchemy.exc.SQLAlchemyError as exc:
+    except (sqlalchemy.exc.SQLAlchemyError, ValueError) as exc:
         reason = " ".join(str(getattr(exc, "orig", None) or exc).split())
         raise StorageError(f"search.storage {shown}: cannot connect: {reason}") from None
     finally:

@@ -124,7 +124,8 @@ def check_address(address: str | None, source: str = "--address", *,
 
     ``ray.init(address=...)`` waits for an absent cluster's GCS for minutes, logging retries,
     before it gives up; one TCP connection to the address (the GCS port, or the Ray Client
-    server port of ``ray://host:port``) tells at once. ``auto`` is resolved the way Ray does (the
+    server port of ``ray://host:port``) that must answer an HTTP/2 preface (both are gRPC
+    servers, `_speaks_http2`) tells within ``timeout_s``. ``auto`` is resolved the way Ray does (the
     cluster last started on this machine, recorded in Ray's temp folder); ``local`` and None
     start a new local instance and need no check.
 
@@ -136,8 +137,6 @@ def check_address(address: str | None, source: str = "--address", *,
     Raises:
         UnreachableClusterError: Naming ``source``, the address and the rule or network error.
     """
-    import socket
-
     if address in (None, "", "local"):
         return
     target = address
@@ -157,11 +156,41 @@ def check_address(address: str | None, source: str = "--address", *,
         raise UnreachableClusterError(
             f"{source} {address}: not a Ray address (host:port, ray://host:port, auto or local)")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        grpc = _speaks_http2(host.strip("[]"), int(port), timeout_s)
     except OSError as exc:
         raise UnreachableClusterError(
             f"{source} {address}: no Ray cluster answers at {host}:{port} "
-            f"({exc.strerror or exc}); start it (ray start --head) or fix the address") from None
+            f"({exc.strerror or exc or 'no answer'}); start it (ray start --head) or fix the "
+            "address") from None
+    if not grpc:
+        raise UnreachableClusterError(
+            f"{source} {address}: the server at {host}:{port} is not a Ray cluster (it does not "
+            "speak gRPC); give the head's GCS port (ray start --head --port, default 6379) or "
+            "ray://host:port of its Ray Client server")
+
+
+def _speaks_http2(host: str, port: int, timeout_s: float) -> bool:
+    """Whether ``host:port`` answers the HTTP/2 connection preface with a SETTINGS frame.
+
+    Ray's GCS and Ray Client servers are gRPC servers, and an HTTP/2 server's first frame is
+    SETTINGS (RFC 9113, section 3.4); an HTTP/1 server answers text or closes.
+
+    Raises:
+        OSError: No connection, or no answer within ``timeout_s``.
+    """
+    import socket
+
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        sock.settimeout(timeout_s)
+        sock.sendall(preface)
+        head = b""
+        while len(head) < 9:
+            chunk = sock.recv(9 - len(head))
+            if not chunk:
+                return False
+            head += chunk
+    return head[3] == 4  # frame type SETTINGS
 
 
 def _resources(spec: StudySpec) -> dict[str, float]:

@@ -120,3 +120,51 @@ def test_an_unknown_database_exits_2(postgres, tmp_path):
     assert result.exit_code == 2, result.output
     assert "no_such_db" in " ".join(result.output.split())
     assert not (tmp_path / "out").exists()
+
+
+def test_plain_postgresql_urls_use_the_installed_driver(postgres, tmp_path):
+    pytest.importorskip("psycopg")
+    url = postgres.replace("postgresql+psycopg2://", "postgresql://")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(spec_file(tmp_path, url, "pg-plain", 2)),
+                                      "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert len(optuna.load_study(study_name="pg-plain", storage=url).get_trials()) == 2
+
+
+def test_worker_refuses_a_storage_without_the_study(postgres, tmp_path):
+    # The MLflow store has the study, the database does not (another --out, another storage):
+    # joining must not start a second study whose trial numbers collide.
+    path = spec_file(tmp_path, postgres, "pg-elsewhere", 1)
+    out = tmp_path / "out"
+    assert CliRunner().invoke(app, ["run", str(path), "--out", str(out)]).exit_code == 0
+    other = postgres.rsplit("/", 1)[0] + "/postgres"
+    moved = spec_file(tmp_path, other, "pg-elsewhere", 1)
+    result = CliRunner().invoke(app, ["worker", str(moved), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "no Optuna study 'pg-elsewhere' in search.storage" in " ".join(result.output.split())
+    assert [s.study_name for s in optuna.get_all_study_summaries(other)] == []
+
+
+@pytest.mark.parametrize("url, rule", [
+    ("postgresql+psycopg2://sweep@127.0.0.1:abc/optuna", "not a database URL"),
+    ("postgresql+psycopg2://sweep@127.0.0.1:{port}/optuna?password=Hunter2", "cannot connect"),
+    ("oracle://sweep:Hunter2@127.0.0.1:1521/optuna", "neither a journal file path"),
+])
+def test_storage_errors_never_print_the_password(tmp_path, url, rule):
+    url = url.format(port=free_port())
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(spec_file(tmp_path, url)), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert rule in text and "Hunter2" not in text and "Traceback" not in text
+    assert not out.exists()
+
+
+def test_a_relative_sqlite_storage_is_not_created_by_a_refused_study(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("")
+    result = CliRunner().invoke(app, ["run", str(spec_file(tmp_path, "sqlite:///rel.db")),
+                                      "--out", "afile"])
+    assert result.exit_code == 2, result.output
+    assert not (tmp_path / "rel.db").exists()

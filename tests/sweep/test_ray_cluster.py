@@ -161,3 +161,37 @@ def test_address_with_the_optuna_executor_exits_2(tmp_path):
     assert "--address: only the ray executor runs on a Ray cluster" in " ".join(
         result.output.split())
     assert not out.exists()
+
+
+@pytest.fixture
+def not_ray():
+    """Two listeners on 127.0.0.1 that are not Ray: an HTTP/1 server and one that never answers."""
+    import http.server
+    import threading
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    yield {"http": f"127.0.0.1:{httpd.server_port}",
+           "silent": f"127.0.0.1:{silent.getsockname()[1]}"}
+    httpd.shutdown()
+    httpd.server_close()
+    silent.close()
+
+
+@pytest.mark.parametrize("kind, rule", [("http", "is not a Ray cluster"),
+                                        ("silent", "no Ray cluster answers")])
+def test_address_of_a_server_that_is_not_ray_exits_2(tmp_path, not_ray, kind, rule):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(spec_file(tmp_path)), "--out", str(out),
+                                      "--address", not_ray[kind]])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert f"--address {not_ray[kind]}: " in text and rule in text
+    assert not out.exists()

@@ -132,3 +132,49 @@ def test_a_server_that_asks_for_credentials_counts_as_reachable(dead_url):
     with pytest.raises(UnreachableStoreError, match="tracking.uri"):
         check_reachable(dead_url, "tracking.uri")
     check_reachable("sqlite:////nonexistent/mlflow.db")  # files are not this check's business
+
+
+def test_urls_that_name_no_mlflow_server_are_refused_without_their_password(server, dead_url):
+    import http.server
+    import threading
+
+    from sweep.tracking import UnreachableStoreError, check_reachable
+
+    url, _ = server
+    port = url.rsplit(":", 1)[1]
+    check_reachable(f"http://user:s3cret@127.0.0.1:{port}")  # basic auth, like MLflow sends it
+    with pytest.raises(UnreachableStoreError) as info:
+        check_reachable(dead_url.replace("http://", "http://user:s3cret@"), "tracking.uri")
+    assert "user:***@" in str(info.value) and "s3cret" not in str(info.value)
+    for bad in ("http://127.0.0.1:abc", "http://127.0.0.1:99999"):
+        with pytest.raises(UnreachableStoreError, match="not a valid URL"):
+            check_reachable(bad, "tracking.uri")
+
+    class Other(http.server.BaseHTTPRequestHandler):  # a web server, but not MLflow
+        def do_GET(self):  # noqa: N802
+            self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Other)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(UnreachableStoreError, match="not an MLflow tracking server"):
+            check_reachable(f"http://127.0.0.1:{httpd.server_port}", "tracking.uri")
+        with pytest.raises(UnreachableStoreError, match="404"):  # a wrong path prefix
+            check_reachable(f"{url}/mlflow", "tracking.uri")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_json_summary_is_the_only_stdout_with_a_tracking_server(server, tmp_path):
+    import json
+
+    url, _ = server
+    result = CliRunner().invoke(app, ["run", str(spec_file(tmp_path, "json-over-http", url)),
+                                      "--out", str(tmp_path / "out"), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)  # no "View run ..." lines from MLflow around it
+    assert summary["study"] == "json-over-http" and summary["counts"]["complete"] == 2
