@@ -271,6 +271,13 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, *, quiet: bool, ray_address
          device: str | None, console: Any) -> StudySummary:
     uri = spec.tracking_uri(out)
     plain = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    # The stored spec (parent run's spec.yaml) keeps no passwords of storage or tracking URLs.
+    from sweep.executors.optuna_executor import shown_storage
+
+    if plain["search"].get("storage"):
+        plain["search"]["storage"] = shown_storage(plain["search"]["storage"])
+    if plain.get("tracking", {}).get("uri"):
+        plain["tracking"]["uri"] = tracking.shown_uri(plain["tracking"]["uri"])
     executor = get_executor(spec.search.executor)
     tracker = StudyTracker.start(uri, spec.tracking.experiment, plain,
                                  executor=spec.search.executor, algorithm=algorithm_name(spec),

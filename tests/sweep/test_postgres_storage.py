@@ -132,6 +132,21 @@ def test_plain_postgresql_urls_use_the_installed_driver(postgres, tmp_path):
     assert len(optuna.load_study(study_name="pg-plain", storage=url).get_trials()) == 2
 
 
+def test_the_stored_spec_keeps_no_storage_password(postgres, tmp_path):
+    from mlflow import MlflowClient
+
+    with_password = postgres.replace("sweep@", "sweep:Hunter2@")  # trust auth ignores it
+    path, out = spec_file(tmp_path, with_password, "pg-secret", 1), tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    frame = load_results(out)
+    client = MlflowClient(frame.attrs["tracking_uri"])
+    client.download_artifacts(frame.attrs["parent_run_id"], "spec.yaml", str(tmp_path))
+    text = (tmp_path / "spec.yaml").read_text()
+    assert "Hunter2" not in text
+    assert yaml.safe_load(text)["search"]["storage"] == with_password.replace("Hunter2", "***")
+
+
 def test_worker_refuses_a_storage_without_the_study(postgres, tmp_path):
     # The MLflow store has the study, the database does not (another --out, another storage):
     # joining must not start a second study whose trial numbers collide.
