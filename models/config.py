@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models import patterns
-from models.errors import ConfigError
+from models.errors import ConfigError, reject_unknown
 
 __all__ = [
     "ATTN_BACKENDS",
@@ -196,12 +196,7 @@ class ModelConfig:
         Raises:
             ConfigError: For an unknown key or an invalid value.
         """
-        known = set(cls.field_names())
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown model field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
+        reject_unknown("model", values, cls.field_names())
         return cls(**values)
 
     @classmethod

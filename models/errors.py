@@ -1,7 +1,27 @@
 """The error every invalid model setting raises."""
 
-__all__ = ["ConfigError"]
+from collections.abc import Iterable
+
+__all__ = ["ConfigError", "reject_unknown"]
 
 
 class ConfigError(ValueError):
     """A model config value breaks a rule; the message names the field and the rule."""
+
+
+def reject_unknown(kind: str, keys: Iterable[str], known: Iterable[str]) -> None:
+    """Refuse keys that are not fields of a config.
+
+    Args:
+        kind: The config's name in the message (``model``, ``train``).
+        keys: The keys given.
+        known: The config's field names.
+
+    Raises:
+        ConfigError: Naming the unknown keys and the known fields.
+    """
+    known = set(known)
+    unknown = sorted(set(keys) - known)
+    if unknown:
+        raise ConfigError(f"unknown {kind} field(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(known))}")

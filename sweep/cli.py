@@ -291,7 +291,13 @@ def worker(
 
     from sweep.executors import optuna_executor
     from sweep.objective import StudyContext
-    from sweep.tracking import TrialContext, UnreachableStoreError, check_reachable, find_study
+    from sweep.tracking import (
+        TrialContext,
+        UnreachableStoreError,
+        check_reachable,
+        find_study,
+        shown_uri,
+    )
 
     spec = _load_study_spec(spec_path, "optuna")
     out_dir = Path(out) if out else spec.default_output_dir()
@@ -310,7 +316,7 @@ def worker(
     storage = spec.storage_url(out_dir)
     if not optuna_executor.study_exists(spec.name, storage):
         bad_input(f"no Optuna study {spec.name!r} in search.storage "
-                  f"{optuna_executor.shown_storage(storage)}; start it with sweep run (with the "
+                  f"{shown_uri(storage)}; start it with sweep run (with the "
                   "same storage and --out)")
     ctx = StudyContext(spec, out_dir, TrialContext(uri, *found), device=device)
     optuna_executor.run_worker(ctx, trials)

@@ -272,10 +272,8 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, *, quiet: bool, ray_address
     uri = spec.tracking_uri(out)
     plain = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     # The stored spec (parent run's spec.yaml) keeps no passwords of storage or tracking URLs.
-    from sweep.executors.optuna_executor import shown_storage
-
     if plain["search"].get("storage"):
-        plain["search"]["storage"] = shown_storage(plain["search"]["storage"])
+        plain["search"]["storage"] = tracking.shown_uri(plain["search"]["storage"])
     if plain.get("tracking", {}).get("uri"):
         plain["tracking"]["uri"] = tracking.shown_uri(plain["tracking"]["uri"])
     executor = get_executor(spec.search.executor)

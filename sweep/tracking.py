@@ -124,15 +124,27 @@ class UnreachableStoreError(ValueError):
     """An MLflow tracking server does not answer."""
 
 
-def shown_uri(tracking_uri: str) -> str:
-    """``tracking_uri`` for messages, without a password in it (``http://user:***@host``)."""
+def shown_uri(uri: str) -> str:
+    """A tracking URI or database URL for messages and stored specs, its passwords as ``***``.
+
+    Masks the userinfo's password (``scheme://user:***@host``) and a ``password`` query
+    parameter (libpq's ``?password=...``); a URL too malformed to parse shows its scheme only.
+    """
     import urllib.parse
 
-    parts = urllib.parse.urlsplit(tracking_uri)
-    if parts.password is None:
-        return tracking_uri
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        password = parts.password
+    except ValueError:
+        return f"{uri.split('://', 1)[0]}://***"
+    pairs = parts.query.split("&") if parts.query else []
+    if password is None and not any(p.split("=", 1)[0] == "password" for p in pairs):
+        return uri  # as written (urlunsplit would turn sqlite:/// into sqlite:/)
+    netloc = parts.netloc
+    if password is not None:
+        netloc = netloc.replace(f":{password}@", ":***@", 1)
+    query = "&".join("password=***" if p.split("=", 1)[0] == "password" else p for p in pairs)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def check_reachable(tracking_uri: str, source: str = "tracking URI", *,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.config import ModelConfig
-from models.errors import ConfigError
+from models.errors import ConfigError, reject_unknown
 
 __all__ = ["BUDGET_FIELDS", "PRECISIONS", "SCHEDULES", "Budget", "TrainConfig", "resolve_budget"]
 
@@ -169,12 +169,7 @@ class TrainConfig:
         Raises:
             ConfigError: For an unknown key or an invalid value (including no budget).
         """
-        known = set(cls.field_names())
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown train field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
+        reject_unknown("train", values, cls.field_names())
         return cls(**values)
 
     def replace(self, **changes: Any) -> TrainConfig:

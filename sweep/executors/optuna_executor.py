@@ -24,6 +24,7 @@ from optuna.trial import TrialState
 from sweep import space
 from sweep.objective import StudyContext, evaluate, objective_values
 from sweep.progress import ProgressView, TrialRow
+from sweep.tracking import shown_uri
 
 __all__ = ["OptunaReporter", "StorageError", "check_storage", "create_study", "make_storage",
            "run", "run_worker"]
@@ -42,24 +43,13 @@ def make_storage(url: str) -> Any:
     return JournalStorage(JournalFileBackend(str(url)))
 
 
-def shown_storage(url: str) -> str:
-    """``url`` for messages: an RDB URL without its password (userinfo or query)."""
-    if "://" not in url:
-        return url
-    import sqlalchemy
-
-    try:
-        parsed = sqlalchemy.engine.make_url(url)
-    except (sqlalchemy.exc.ArgumentError, ValueError):
-        scheme = url.split("://", 1)[0]
-        return f"{scheme}://***"
-    if "password" in parsed.query:
-        parsed = parsed.update_query_dict({"password": "***"})
-    return parsed.render_as_string(hide_password=True)
-
-
 def study_exists(name: str, url: str) -> bool:
-    """Whether the storage at ``url`` holds an Optuna study ``name`` (a missing journal: no)."""
+    """Whether the storage at ``url`` holds an Optuna study ``name`` (a missing journal: no).
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: An RDB storage that cannot be read (`check_storage`
+            first tells why).
+    """
     if "://" not in url and not Path(url).is_file():
         return False
     storage = make_storage(url)
@@ -74,9 +64,12 @@ def check_storage(url: str, *, timeout_s: int = 10) -> None:
     """Fail fast when an RDB storage URL cannot be used, before the study writes anything.
 
     Opens one connection with SQLAlchemy (what Optuna's ``RDBStorage`` uses), with a
-    ``timeout_s`` connect timeout for PostgreSQL and MySQL. Journal file paths are not checked
-    (the file is created on first use, under the output folder that `sweep.study.preflight`
-    checks).
+    ``timeout_s`` connect timeout for PostgreSQL and MySQL. Journal file paths and SQLite files
+    are not checked (created on first use).
+
+    Args:
+        url: ``search.storage`` as resolved (`sweep.spec.StudySpec.storage_url`).
+        timeout_s: Seconds to wait for the database's answer.
 
     Raises:
         StorageError: Naming ``search.storage`` and the URL (password hidden), with the
@@ -88,7 +81,7 @@ def check_storage(url: str, *, timeout_s: int = 10) -> None:
     import sqlalchemy
     from sqlalchemy.pool import NullPool
 
-    shown = shown_storage(url)
+    shown = shown_uri(url)
     try:
         parsed = sqlalchemy.engine.make_url(url)
         parsed.port  # noqa: B018 (raises ValueError for a port that is not a number)

@@ -515,3 +515,17 @@ def test_param_values_round_trip():
         text = tracking._param_str(value)
         assert tracking.parse_param_value(text) == value
     assert tracking.parse_param_value(tracking._param_str((0.9, 0.95))) == [0.9, 0.95]
+
+
+@pytest.mark.parametrize("uri, shown", [
+    ("postgresql+psycopg2://sweep:Hunter2@127.0.0.1:5432/optuna",
+     "postgresql+psycopg2://sweep:***@127.0.0.1:5432/optuna"),
+    ("postgresql://sweep@db/optuna?sslmode=require&password=Hunter2",
+     "postgresql://sweep@db/optuna?sslmode=require&password=***"),
+    ("http://user:s3cret@127.0.0.1:5000", "http://user:***@127.0.0.1:5000"),
+    ("http://[::1", "http://***"),
+    ("sqlite:///runs/x/mlflow.db", "sqlite:///runs/x/mlflow.db"),  # unchanged, as written
+    ("runs/x/optuna.journal", "runs/x/optuna.journal"),
+])
+def test_shown_uri_hides_passwords_and_nothing_else(uri, shown):
+    assert tracking.shown_uri(uri) == shown
