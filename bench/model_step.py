@@ -1,12 +1,22 @@
-"""Training-step throughput of `build_model` against Hugging Face's GPT2LMHeadModel (SDPA).
+"""Training-step throughput of `build_model` against a textbook GPT and Hugging Face's GPT-2.
 
-Both models get the same shapes (GPT-2 layout: learned positions, GELU, pre-LN, biases, tied
-embeddings, no dropout), the same batch and AdamW. Steps of the two are interleaved (ours, theirs,
-ours, ...) so that machine noise hits both alike; the ratio of median tokens/s is reported for
-eager mode and, with ``--compile``, for `torch.compile` too. Also times the cost model.
+Three models with the same shapes and options (GPT-2 layout: dense causal attention, learned
+positions, GELU (tanh), pre-LayerNorm, biases, tied embeddings, no dropout), the same batch and
+their own AdamW (``foreach``), trained step by step (forward, backward, optimizer step):
 
-Usage: ``python bench/model_step.py [--threads 2] [--steps 8] [--compile]``; prints a table and
-one JSON line.
+- ``ours``: ``build_model(ModelConfig(...))``;
+- ``reference``: `bench/gpt_reference.py`, a one-file nanoGPT-style GPT (fused QKV, SDPA with
+  ``is_causal=True``): what a careful hand-written model costs;
+- ``hf``: ``transformers.GPT2LMHeadModel`` with its SDPA attention.
+
+Steps of the three are interleaved and the order rotates every round (ours, reference, hf; then
+reference, hf, ours; ...), so machine noise and cache state hit all alike; each figure is the
+median over the rounds, and ratios are ours / theirs in tokens/s (> 1: ours is faster): the
+ratio of the medians, and the median of the ratios within each round (``paired_``). With
+``--compile`` the same is done for `torch.compile` of each. Also times the cost model.
+
+Usage: ``python bench/model_step.py [--threads 2] [--steps 10] [--compile]``; prints a table and
+one JSON line with every figure.
 """
 
 from __future__ import annotations
@@ -17,14 +27,17 @@ import statistics
 import time
 
 import torch
+from gpt_reference import GPT  # bench/ is on sys.path when this file runs as a script
 
 from models import ModelConfig, build_model, cost
 
 SIZES = [  # name, d_model, n_layers, n_heads, seq_len, batch
     ("d128-L4", 128, 4, 4, 256, 8),
+    ("d256-L4", 256, 4, 4, 256, 16),
     ("d256-L6", 256, 6, 8, 256, 8),
 ]
 VOCAB = 8192
+MODELS = ("ours", "reference", "hf")
 
 
 def hf_model(d_model: int, n_layers: int, n_heads: int, seq_len: int):
@@ -53,37 +66,62 @@ def make_step(model, hf: bool):
     return step
 
 
-def compare(size, steps: int, compile_: bool) -> dict:
-    name, d, n_layers, n_heads, seq_len, batch = size
+def build(size) -> dict[str, torch.nn.Module]:
+    _, d, n_layers, n_heads, seq_len, _ = size
     torch.manual_seed(0)
-    ours = build_model(ModelConfig(vocab_size=VOCAB, seq_len=seq_len, d_model=d,
-                                   n_heads=n_heads, n_layers=n_layers))
-    theirs = hf_model(d, n_layers, n_heads, seq_len)
-    assert ours.num_params() == theirs.num_parameters(), (ours.num_params(),
-                                                          theirs.num_parameters())
+    config = ModelConfig(vocab_size=VOCAB, seq_len=seq_len, d_model=d, n_heads=n_heads,
+                         n_layers=n_layers, attn_pattern="dense", causal=True, activation="gelu",
+                         norm="layernorm", norm_position="pre", pos_encoding="learned",
+                         tie_embeddings=True, bias=True, dropout=0.0)
+    models = {
+        "ours": build_model(config),
+        "reference": GPT(VOCAB, seq_len, d, n_heads, n_layers),
+        "hf": hf_model(d, n_layers, n_heads, seq_len),
+    }
+    counts = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
+    assert len(set(counts.values())) == 1, counts
+    return models
+
+
+def compare(size, steps: int, compile_: bool) -> dict:
+    name, *_, seq_len, batch = size
+    models = build(size)
+    n_params = sum(p.numel() for p in models["ours"].parameters())
     if compile_:
-        ours, theirs = torch.compile(ours), torch.compile(theirs)
-    step_ours, step_theirs = make_step(ours, hf=False), make_step(theirs, hf=True)
+        models = {k: torch.compile(m) for k, m in models.items()}
+    step = {k: make_step(m, hf=k == "hf") for k, m in models.items()}
     idx = torch.randint(0, VOCAB, (batch, seq_len))
-    for _ in range(2 if not compile_ else 3):  # warm-up (and compile)
-        step_ours(idx)
-        step_theirs(idx)
-    t_ours, t_theirs = [], []
-    for _ in range(steps):
-        for fn, out in ((step_ours, t_ours), (step_theirs, t_theirs)):
+    for _ in range(3 if compile_ else 2):  # warm-up (and compile)
+        for k in MODELS:
+            step[k](idx)
+    times: dict[str, list[float]] = {k: [] for k in MODELS}
+    for i in range(steps):
+        for k in MODELS[i % 3:] + MODELS[:i % 3]:
             start = time.perf_counter()
-            fn(idx)
-            out.append(time.perf_counter() - start)
+            step[k](idx)
+            times[k].append(time.perf_counter() - start)
     tokens = batch * seq_len
-    ours_tps = tokens / statistics.median(t_ours)
-    theirs_tps = tokens / statistics.median(t_theirs)
+    tps = {k: tokens / statistics.median(v) for k, v in times.items()}
+
+    def paired(other: str) -> float:
+        # Median over rounds of the ratio within each round: drift between rounds cancels.
+        ratios = [o / u for u, o in zip(times["ours"], times[other], strict=True)]
+        return round(statistics.median(ratios), 3)
+
     return {
         "size": name,
         "mode": "compile" if compile_ else "eager",
-        "n_params": ours.num_params() if not compile_ else None,
-        "ours_tokens_per_s": round(ours_tps, 1),
-        "hf_tokens_per_s": round(theirs_tps, 1),
-        "ratio": round(ours_tps / theirs_tps, 3),
+        "n_params": n_params,
+        "batch": batch,
+        "seq_len": seq_len,
+        "steps": steps,
+        "ours_tokens_per_s": round(tps["ours"], 1),
+        "reference_tokens_per_s": round(tps["reference"], 1),
+        "hf_tokens_per_s": round(tps["hf"], 1),
+        "ratio_vs_reference": round(tps["ours"] / tps["reference"], 3),
+        "ratio_vs_hf": round(tps["ours"] / tps["hf"], 3),
+        "paired_ratio_vs_reference": paired("reference"),
+        "paired_ratio_vs_hf": paired("hf"),
     }
 
 
@@ -103,7 +141,7 @@ def time_cost_model(n: int = 10_000) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--compile", action="store_true", help="also compare torch.compile")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -111,17 +149,20 @@ def main() -> None:
     if args.compile:
         rows += [compare(size, args.steps, True) for size in SIZES]
     for r in rows:
-        print(f"{r['size']:>8} {r['mode']:>7}: ours {r['ours_tokens_per_s']:>9.1f} tok/s, "
-              f"HF GPT2 {r['hf_tokens_per_s']:>9.1f} tok/s, ratio {r['ratio']:.3f}")
+        print(f"{r['size']:>8} {r['mode']:>7}: ours {r['ours_tokens_per_s']:>8.1f} tok/s, "
+              f"reference {r['reference_tokens_per_s']:>8.1f} ({r['ratio_vs_reference']:.3f}x), "
+              f"HF GPT2 {r['hf_tokens_per_s']:>8.1f} ({r['ratio_vs_hf']:.3f}x); paired "
+              f"{r['paired_ratio_vs_reference']:.3f}x, {r['paired_ratio_vs_hf']:.3f}x")
     cost_s = time_cost_model()
     print(f"cost model: 10,000 estimates in {cost_s:.3f} s")
-    eager = [r["ratio"] for r in rows if r["mode"] == "eager"]
+    eager = [r for r in rows if r["mode"] == "eager"]
     print(json.dumps({
         "bench": "model_step",
         "device": "cpu",
         "threads": args.threads,
         "rows": rows,
-        "min_eager_ratio": min(eager),
+        "min_eager_ratio_vs_reference": min(r["ratio_vs_reference"] for r in eager),
+        "min_eager_ratio_vs_hf": min(r["ratio_vs_hf"] for r in eager),
         "target_eager_ratio": 1.0,
         "cost_model_10k_s": round(cost_s, 4),
     }))

@@ -13,6 +13,12 @@ Backends, with identical outputs (within float rounding):
   weights.
 
 The temperature tau is folded into the softmax scale: scale = 1 / (sqrt(d_head) * tau).
+
+What depends only on the config is settled at construction: the path (dense SDPA with
+``is_causal``, or a sparse mask), the scale and the tables. The RoPE tables (`RotaryEmbedding`)
+and a sparse pattern's keep-mask (`SparseMask`) are modules whose buffers are built once per
+model and shared by every layer: nothing is threaded through the blocks' calls, and
+``model.to(...)`` converts one copy.
 """
 
 from __future__ import annotations
@@ -27,7 +33,14 @@ from torch import nn
 from models.config import ModelConfig
 from models.patterns import AttnLayout
 
-__all__ = ["SelfAttention", "apply_rope", "attention_mask", "rope_tables"]
+__all__ = [
+    "RotaryEmbedding",
+    "SelfAttention",
+    "SparseMask",
+    "apply_rope",
+    "attention_mask",
+    "rope_tables",
+]
 
 
 def attention_mask(layout: AttnLayout, device: torch.device | str | None = None) -> torch.Tensor:
@@ -91,39 +104,47 @@ def _flex_attention():
     return _compiled_flex
 
 
-class SelfAttention(nn.Module):
-    """Multi-head self-attention with one fused QKV projection.
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (Su et al. 2021) of queries and keys, ``(B, H, T, q)``.
 
-    Input and output shape ``(B, T, d_model)``.
+    Holds the ``(T_max, q)`` cosine and sine tables as non-persistent buffers (derived from the
+    config, so not in state dicts); one instance serves every layer of a model.
     """
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, seq_len: int, d_head: int, base: float) -> None:
         super().__init__()
-        self.n_heads = config.n_heads
-        self.d_head = config.d_head
-        self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
-        self.c_proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
-        self.causal = config.causal
-        self.dense = config.attn_pattern == "dense"
-        self.backend = config.attn_backend
-        self.dropout = config.dropout
-        self.set_temperature(config.attn_temperature)
+        cos, sin = rope_tables(seq_len, d_head, base)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate ``q`` and ``k`` of shape ``(B, H, T, q)``, T <= T_max, by position."""
+        t = q.shape[-2]
+        cos, sin = self.cos[:t], self.sin[:t]
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+
+class SparseMask(nn.Module):
+    """A sparse pattern's keep-mask, one ``(T_max, T_max)`` bool buffer for every layer.
+
+    Also caches the FlexAttention block masks built from it, once per sequence length and
+    device rather than once per layer.
+    """
+
+    def __init__(self, layout: AttnLayout) -> None:
+        super().__init__()
+        self.register_buffer("mask", attention_mask(layout), persistent=False)
         self._block_masks: dict[tuple, object] = {}
-        self._warned_cpu_backward = False
 
-    def set_temperature(self, tau: float) -> None:
-        """Set tau; the softmax scale becomes 1 / (sqrt(d_head) * tau)."""
-        self.scale = 1.0 / (math.sqrt(self.d_head) * tau)
+    def keep(self, t: int) -> torch.Tensor:
+        """The bool ``(t, t)`` keep-mask of the first ``t`` positions."""
+        return self.mask[:t, :t]
 
-    def resolved_backend(self, device: torch.device) -> str:
-        """The backend used for inputs on ``device``: ``sdpa`` or ``flex``."""
-        if self.backend != "auto":
-            return self.backend
-        return "flex" if device.type == "cuda" and not self.dense else "sdpa"
-
-    def _block_mask(self, mask: torch.Tensor, t: int):
+    def block_mask(self, t: int):
+        """The FlexAttention ``BlockMask`` of the first ``t`` positions."""
         from torch.nn.attention.flex_attention import create_block_mask
 
+        mask = self.mask
         key = (t, mask.device, mask.data_ptr())
         if key not in self._block_masks:
             sub = mask[:t, :t]
@@ -136,52 +157,99 @@ class SelfAttention(nn.Module):
             )
         return self._block_masks[key]
 
-    def forward(
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with one fused QKV projection.
+
+    Input and output shape ``(B, T, d_model)``, T <= ``seq_len``.
+
+    Args:
+        config: The model config.
+        rope: The model's shared `RotaryEmbedding` for ``pos_encoding="rope"``; ``None``: the
+            layer builds its own.
+        mask: The model's shared `SparseMask` for sparse patterns; ``None``: the layer builds
+            its own.
+    """
+
+    def __init__(
         self,
-        x: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """Attend.
+        config: ModelConfig,
+        rope: RotaryEmbedding | None = None,
+        mask: SparseMask | None = None,
+    ) -> None:
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.d_head = config.d_head
+        self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
+        self.c_proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        if config.pos_encoding == "rope" and rope is None:
+            rope = RotaryEmbedding(config.seq_len, config.d_head, config.rope_base)
+        self.rope = rope if config.pos_encoding == "rope" else None
+        dense = config.attn_pattern == "dense"
+        if not dense and mask is None:
+            mask = SparseMask(config.attn_layout)
+        self.sparse_mask = None if dense else mask
+        self.causal = config.causal
+        self.backend = config.attn_backend
+        # FlexAttention runs for sparse patterns only: "auto" picks it on CUDA, "flex" anywhere.
+        self._flex_on_cuda = not dense and self.backend in ("auto", "flex")
+        self._flex_elsewhere = not dense and self.backend == "flex"
+        self.dropout = config.dropout
+        self.set_temperature(config.attn_temperature)
+        self._warned_cpu_backward = False
 
-        Args:
-            x: ``(B, T, d_model)``.
-            mask: Bool ``(T_max, T_max)`` keep-mask for sparse patterns, or ``None`` (dense).
-            rope: ``(cos, sin)`` tables of shape ``(T_max, d_head)``, or ``None``.
+    def set_temperature(self, tau: float) -> None:
+        """Set tau; the softmax scale becomes 1 / (sqrt(d_head) * tau)."""
+        self.scale = 1.0 / (math.sqrt(self.d_head) * tau)
 
-        Returns:
-            ``(B, T, d_model)``.
-        """
-        b, t, d = x.shape
-        q, k, v = self.c_attn(x).split(d, dim=2)
-        q = q.view(b, t, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, q)
-        k = k.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
-        v = v.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
-        if rope is not None:
-            cos, sin = rope[0][:t], rope[1][:t]
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        use_flex = mask is not None and self.resolved_backend(x.device) == "flex"
-        if use_flex and x.device.type == "cpu" and torch.is_grad_enabled() and x.requires_grad:
+    def resolved_backend(self, device: torch.device) -> str:
+        """The backend used for inputs on ``device``: ``sdpa`` or ``flex``."""
+        flex = self._flex_on_cuda if device.type == "cuda" else self._flex_elsewhere
+        return "flex" if flex else "sdpa"
+
+    def _use_flex(self, x: torch.Tensor) -> bool:
+        if not (self._flex_on_cuda if x.is_cuda else self._flex_elsewhere):
+            return False
+        if x.device.type == "cpu" and torch.is_grad_enabled() and x.requires_grad:
             # FlexAttention has no backward on CPU; the boolean-mask path gives the same output.
             if not self._warned_cpu_backward:
                 warnings.warn(
                     "attn_backend='flex' has no backward pass on CPU; training uses the "
                     "boolean-mask SDPA path instead (same outputs)",
-                    stacklevel=2,
+                    stacklevel=3,
                 )
                 self._warned_cpu_backward = True
-            use_flex = False
-        if use_flex:
-            y = _flex_attention()(q, k, v, block_mask=self._block_mask(mask, t), scale=self.scale)
+            return False
+        return True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Attend.
+
+        Args:
+            x: ``(B, T, d_model)``.
+
+        Returns:
+            ``(B, T, d_model)``.
+        """
+        b, t, d = x.shape
+        # Views of the fused projection, no copies: each (B, T, H, q) -> (B, H, T, q).
+        q, k, v = self.c_attn(x).view(b, t, 3, self.n_heads, self.d_head).unbind(2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if self.rope is not None:
+            q, k = self.rope(q, k)
+        dropout_p = self.dropout if self.training else 0.0
+        if self.sparse_mask is None:
+            y = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout_p, is_causal=self.causal, scale=self.scale
+            )
+        elif self._use_flex(x):
+            y = _flex_attention()(
+                q, k, v, block_mask=self.sparse_mask.block_mask(t), scale=self.scale
+            )
         else:
             y = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=None if mask is None else mask[:t, :t],
-                dropout_p=self.dropout if self.training else 0.0,
-                is_causal=self.causal and mask is None,
+                q, k, v, attn_mask=self.sparse_mask.keep(t), dropout_p=dropout_p,
                 scale=self.scale,
             )
-        y = y.transpose(1, 2).contiguous().view(b, t, d)  # (B, T, d_model)
-        return self.c_proj(y)
+        # Fused kernels lay y out as (B, T, H, q): the reshape is then a view, not a copy.
+        return self.c_proj(y.transpose(1, 2).reshape(b, t, d))

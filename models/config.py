@@ -4,6 +4,11 @@
 validated once, on construction, and raises `ConfigError` naming the field and the rule that a
 value breaks. It round-trips through a flat ``dict`` of plain values (for YAML and MLflow params).
 
+The choices of the string fields live once, in the ``Literal`` aliases that annotate them
+(``attn_pattern: AttnPattern``, as litgpt's ``Config``). Validation, the tuple constants
+(``ATTN_PATTERNS`` ...) and `CHOICE_FIELDS` (field name -> allowed values, for validators of
+other formats such as the study spec) are all read from those annotations.
+
 No torch import here: the sweep validates and costs thousands of configs without building one.
 """
 
@@ -11,28 +16,42 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from models import patterns
-from models.errors import ConfigError, reject_unknown
+from models.errors import ConfigError, check_choice, reject_unknown
 
 __all__ = [
+    "ACTIVATIONS",
     "ATTN_BACKENDS",
     "ATTN_PATTERNS",
-    "ACTIVATIONS",
+    "CHOICE_FIELDS",
     "NORMS",
     "NORM_POSITIONS",
     "POS_ENCODINGS",
+    "Activation",
+    "AttnBackend",
+    "AttnPattern",
     "ConfigError",
     "ModelConfig",
+    "Norm",
+    "NormPosition",
+    "PosEncoding",
 ]
 
-ATTN_PATTERNS = ("dense", "local", "strided", "block_sparse")
-ATTN_BACKENDS = ("auto", "sdpa", "flex")
-NORMS = ("layernorm", "rmsnorm")
-NORM_POSITIONS = ("pre", "post")
-ACTIVATIONS = ("relu", "gelu", "swiglu")
-POS_ENCODINGS = ("learned", "sinusoidal", "rope", "none")
+AttnPattern = Literal["dense", "local", "strided", "block_sparse"]
+AttnBackend = Literal["auto", "sdpa", "flex"]
+Norm = Literal["layernorm", "rmsnorm"]
+NormPosition = Literal["pre", "post"]
+Activation = Literal["relu", "gelu", "swiglu"]
+PosEncoding = Literal["learned", "sinusoidal", "rope", "none"]
+
+ATTN_PATTERNS: tuple[str, ...] = get_args(AttnPattern)
+ATTN_BACKENDS: tuple[str, ...] = get_args(AttnBackend)
+NORMS: tuple[str, ...] = get_args(Norm)
+NORM_POSITIONS: tuple[str, ...] = get_args(NormPosition)
+ACTIVATIONS: tuple[str, ...] = get_args(Activation)
+POS_ENCODINGS: tuple[str, ...] = get_args(PosEncoding)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,15 +101,15 @@ class ModelConfig:
     n_layers: int = 2
     d_ff: int | None = None
     attn_temperature: float = 1.0
-    attn_pattern: str = "dense"
+    attn_pattern: AttnPattern = "dense"
     attn_sparsity: float = 0.0
     attn_block_size: int = 64
     attn_seed: int = 0
-    attn_backend: str = "auto"
-    norm: str = "layernorm"
-    norm_position: str = "pre"
-    activation: str = "gelu"
-    pos_encoding: str = "learned"
+    attn_backend: AttnBackend = "auto"
+    norm: Norm = "layernorm"
+    norm_position: NormPosition = "pre"
+    activation: Activation = "gelu"
+    pos_encoding: PosEncoding = "learned"
     rope_base: float = 10000.0
     tie_embeddings: bool = True
     bias: bool = True
@@ -144,17 +163,8 @@ class ModelConfig:
             raise ConfigError(
                 f"pos_encoding='sinusoidal' needs an even d_model; got {self.d_model}"
             )
-        for name, allowed in (
-            ("attn_pattern", ATTN_PATTERNS),
-            ("attn_backend", ATTN_BACKENDS),
-            ("norm", NORMS),
-            ("norm_position", NORM_POSITIONS),
-            ("activation", ACTIVATIONS),
-            ("pos_encoding", POS_ENCODINGS),
-        ):
-            v = getattr(self, name)
-            if v not in allowed:
-                raise ConfigError(f"{name}={v!r} is not one of {', '.join(allowed)}")
+        for name, allowed in CHOICE_FIELDS.items():
+            check_choice(name, getattr(self, name), allowed)
         for name in ("attn_temperature", "rope_base", "norm_eps"):
             v = getattr(self, name)
             if not is_num(v) or not v > 0 or v != v or v == float("inf"):
@@ -216,3 +226,11 @@ class ModelConfig:
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with some fields changed (validated again)."""
         return self.from_dict({**self.to_dict(), **changes})
+
+
+#: Field name -> allowed values, for every field annotated with a ``Literal`` (field order).
+CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
+    name: get_args(hint)
+    for name, hint in get_type_hints(ModelConfig).items()
+    if get_origin(hint) is Literal
+}

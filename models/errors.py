@@ -1,8 +1,8 @@
-"""The error every invalid model setting raises."""
+"""The error every invalid model setting raises, and the checks that raise it."""
 
 from collections.abc import Iterable
 
-__all__ = ["ConfigError", "reject_unknown"]
+__all__ = ["ConfigError", "check_choice", "reject_unknown"]
 
 
 class ConfigError(ValueError):
@@ -25,3 +25,18 @@ def reject_unknown(kind: str, keys: Iterable[str], known: Iterable[str]) -> None
     if unknown:
         raise ConfigError(f"unknown {kind} field(s) {', '.join(unknown)}; "
                           f"known: {', '.join(sorted(known))}")
+
+
+def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    """Refuse a value outside a field's fixed set of choices.
+
+    Args:
+        name: The field's name in the message.
+        value: The value given.
+        allowed: The field's choices, in the order the message lists them.
+
+    Raises:
+        ConfigError: ``name=value is not one of ...``.
+    """
+    if value not in allowed:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(allowed)}")

@@ -28,7 +28,7 @@ from functools import lru_cache
 
 from models.errors import ConfigError
 
-__all__ = ["AttnLayout", "PatternError", "derive_layout", "total_pairs"]
+__all__ = ["AttnLayout", "PatternError", "derive_layout", "kept_pairs", "total_pairs"]
 
 
 class PatternError(ConfigError):
@@ -102,21 +102,83 @@ def _pairs_multiple(seq_len: int, stride: int, causal: bool) -> int:
     return one_side if causal else 2 * one_side
 
 
+def kept_pairs(
+    pattern: str,
+    seq_len: int,
+    *,
+    causal: bool = True,
+    window: int | None = None,
+    stride: int | None = None,
+    block_size: int | None = None,
+    key_blocks: tuple[tuple[int, ...], ...] | None = None,
+) -> int:
+    """Query-key pairs a pattern's mask keeps on ``seq_len`` positions, per head and sequence.
+
+    The one count of kept pairs: `derive_layout` ranks a pattern's sizes by it and the cost
+    model charges attention by it. It equals ``attention_mask(layout)[:T, :T].sum()``, so for a
+    ``seq_len`` shorter than the layout's it counts the top-left ``(T, T)`` block of the mask,
+    the part the model uses on a shorter sequence.
+
+    - ``dense``: T(T+1)/2 causal, T^2 bidirectional.
+    - ``local``: pairs with d < window: sum_{d=0}^{w-1} (T - d) per side.
+    - ``strided``: d < stride plus the multiples d = k * stride (Child et al. 2019, sec. 4.2).
+    - ``block_sparse``: for each query block the sizes of the key blocks it keeps; the diagonal
+      block of a causal mask keeps its lower triangle. Blocks past ``seq_len`` are skipped.
+
+    Args:
+        pattern: ``dense``, ``local``, ``strided`` or ``block_sparse``.
+        seq_len: Sequence length T.
+        causal: Whether keys after the query are excluded.
+        window: ``local``: window length in keys.
+        stride: ``strided``: the stride.
+        block_size: ``block_sparse``: block size in tokens.
+        key_blocks: ``block_sparse``: for each query block, the key blocks it keeps (at least
+            ``ceil(seq_len / block_size)`` rows).
+
+    Returns:
+        The number of kept pairs.
+
+    Raises:
+        PatternError: For an unknown pattern, or a pattern without the size it needs.
+    """
+    t = seq_len
+    if pattern == "dense":
+        return total_pairs(t, causal)
+    if pattern == "local" and window is not None:
+        return _pairs_within(t, window, causal)
+    if pattern == "strided" and stride is not None:
+        return _pairs_within(t, stride, causal) + _pairs_multiple(t, stride, causal)
+    if pattern == "block_sparse" and block_size is not None and key_blocks is not None:
+        n_blocks = -(-t // block_size)
+        kept = 0
+        for qb in range(n_blocks):
+            q_size = min(block_size, t - qb * block_size)
+            for kb in key_blocks[qb]:
+                if kb >= n_blocks:
+                    continue
+                if causal and kb == qb:
+                    kept += q_size * (q_size + 1) // 2
+                elif not causal or kb < qb:
+                    kept += q_size * min(block_size, t - kb * block_size)
+        return kept
+    raise PatternError(
+        f"cannot count the pairs of attn_pattern={pattern!r}: an unknown pattern, or the window, "
+        "stride or block_size and key_blocks it needs are missing"
+    )
+
+
 def _local(seq_len: int, causal: bool) -> list[tuple[int, dict]]:
     return [
-        (_pairs_within(seq_len, w, causal), {"window": w}) for w in range(1, seq_len + 1)
+        (kept_pairs("local", seq_len, causal=causal, window=w), {"window": w})
+        for w in range(1, seq_len + 1)
     ]
 
 
 def _strided(seq_len: int, causal: bool) -> list[tuple[int, dict]]:
-    out = []
-    for stride in range(2, seq_len + 1):
-        kept = _pairs_within(seq_len, stride, causal)
-        if stride < seq_len:
-            # multiples of the stride beyond the local part: d = k*l with k*l >= l is all of them
-            kept += _pairs_multiple(seq_len, stride, causal)
-        out.append((kept, {"stride": stride}))
-    return out
+    return [
+        (kept_pairs("strided", seq_len, causal=causal, stride=stride), {"stride": stride})
+        for stride in range(2, seq_len + 1)
+    ]
 
 
 def _block_budget_split(budget: int) -> tuple[int, int, int]:
@@ -144,21 +206,6 @@ def _block_table(
     return tuple(rows)
 
 
-def _block_pairs(table: tuple[tuple[int, ...], ...], seq_len: int, block: int, causal: bool) -> int:
-    def size(b: int) -> int:
-        return min(block, seq_len - b * block)
-
-    kept = 0
-    for qb, row in enumerate(table):
-        sq = size(qb)
-        for kb in row:
-            if causal and kb == qb:
-                kept += sq * (sq + 1) // 2
-            elif not causal or kb < qb:
-                kept += sq * size(kb)
-    return kept
-
-
 def _block_sparse(seq_len: int, causal: bool, block: int, seed: int) -> list[tuple[int, dict]]:
     n_blocks = math.ceil(seq_len / block)
     out = []
@@ -167,7 +214,8 @@ def _block_sparse(seq_len: int, causal: bool, block: int, seed: int) -> list[tup
         table = _block_table(n_blocks, n_window, n_global, n_random, causal, seed)
         out.append(
             (
-                _block_pairs(table, seq_len, block, causal),
+                kept_pairs("block_sparse", seq_len, causal=causal, block_size=block,
+                           key_blocks=table),
                 {
                     "block_size": block,
                     "n_window_blocks": n_window,

@@ -5,6 +5,15 @@ embedding, optional position table, ``n_layers`` blocks of attention and MLP wit
 connections, a final norm for pre-norm models, and an output projection tied to the token
 embedding when ``tie_embeddings``. Initialisation as GPT-2: N(0, 0.02) weights, zero biases, and
 residual output projections scaled by 1/sqrt(2 * n_layers).
+
+Every option is resolved when the model is built: the norm class, the activation module, the
+block's norm position (`PreNormBlock` or `PostNormBlock`), the position encoding (an embedding
+module, or a `RotaryEmbedding` shared by the attention layers) and the attention path. The
+forward pass runs modules only, with no dispatch on config strings.
+
+State dict keys are those of nanoGPT-style checkpoints (``wte``, ``wpe``, ``blocks.{i}.ln_1``,
+``blocks.{i}.attn.c_attn``, ``blocks.{i}.mlp.c_fc`` ...); derived tables and masks are
+non-persistent buffers, rebuilt from the config.
 """
 
 from __future__ import annotations
@@ -15,10 +24,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.attention import SelfAttention, attention_mask, rope_tables
+from models.attention import RotaryEmbedding, SelfAttention, SparseMask
 from models.config import ModelConfig
 
-__all__ = ["Block", "MLP", "Transformer", "build_model"]
+__all__ = [
+    "MLP",
+    "Block",
+    "PostNormBlock",
+    "PreNormBlock",
+    "SinusoidalEmbedding",
+    "SwiGLU",
+    "Transformer",
+    "build_model",
+]
 
 
 def _norm(config: ModelConfig) -> nn.Module:
@@ -28,49 +46,98 @@ def _norm(config: ModelConfig) -> nn.Module:
 
 
 class MLP(nn.Module):
-    """Feed-forward block, ``(B, T, d_model) -> (B, T, d_model)``.
+    """Feed-forward block Linear(d, d_ff), activation, Linear(d_ff, d); ``(B, T, d_model)``.
 
-    ``relu``/``gelu``: Linear(d, d_ff), activation, Linear(d_ff, d). ``swiglu`` (Shazeer 2020,
-    "GLU Variants Improve Transformer", eq. 6): Linear(d_ff, d)(SiLU(x W_gate) * (x W_up)).
+    The activation is ``nn.GELU(approximate="tanh")`` (GPT-2's ``gelu_new``) or ``nn.ReLU``.
     """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.activation = config.activation
         self.c_fc = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
-        if config.activation == "swiglu":
-            self.c_gate = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
+        self.act = nn.GELU(approximate="tanh") if config.activation == "gelu" else nn.ReLU()
         self.c_proj = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.c_fc(x)  # (B, T, d_ff)
-        if self.activation == "swiglu":
-            h = F.silu(self.c_gate(x)) * h
-        elif self.activation == "gelu":
-            h = F.gelu(h, approximate="tanh")
-        else:
-            h = F.relu(h)
-        return self.c_proj(h)
+        return self.c_proj(self.act(self.c_fc(x)))
 
 
-class Block(nn.Module):
-    """One transformer block; ``pre`` norm (GPT-2) or ``post`` norm (Vaswani et al. 2017)."""
+class SwiGLU(nn.Module):
+    """SwiGLU feed-forward block (Shazeer 2020, "GLU Variants Improve Transformer", eq. 6).
+
+    ``Linear(d_ff, d)(SiLU(x W_gate) * (x W_up))``, ``(B, T, d_model) -> (B, T, d_model)``; the
+    up projection is ``c_fc``, the gate ``c_gate``.
+    """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.pre_norm = config.norm_position == "pre"
+        self.c_fc = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
+        self.c_gate = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
+        self.c_proj = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # up before gate: the order autograd accumulates the two gradients of x in
+        up = self.c_fc(x)  # (B, T, d_ff)
+        return self.c_proj(F.silu(self.c_gate(x)) * up)
+
+
+class Block(nn.Module):
+    """One transformer block's modules: norms, attention, MLP and residual dropout.
+
+    The forward pass is `PreNormBlock`'s (GPT-2) or `PostNormBlock`'s (Vaswani et al. 2017);
+    `Block.build` picks the one of the config. Input and output ``(B, T, d_model)``.
+    """
+
+    def __init__(self, config: ModelConfig, attn: SelfAttention) -> None:
+        super().__init__()
         self.ln_1 = _norm(config)
-        self.attn = SelfAttention(config)
+        self.attn = attn
         self.ln_2 = _norm(config)
-        self.mlp = MLP(config)
+        self.mlp = SwiGLU(config) if config.activation == "swiglu" else MLP(config)
         self.drop = nn.Dropout(config.dropout)
 
-    def forward(self, x, mask=None, rope=None) -> torch.Tensor:
-        if self.pre_norm:
-            x = x + self.drop(self.attn(self.ln_1(x), mask, rope))
-            return x + self.drop(self.mlp(self.ln_2(x)))
-        x = self.ln_1(x + self.drop(self.attn(x, mask, rope)))
+    @staticmethod
+    def build(config: ModelConfig, attn: SelfAttention) -> Block:
+        """A `PreNormBlock` or `PostNormBlock` (``config.norm_position``) around ``attn``."""
+        cls = PreNormBlock if config.norm_position == "pre" else PostNormBlock
+        return cls(config, attn)
+
+
+class PreNormBlock(Block):
+    """``x + attn(ln_1(x))``, then ``x + mlp(ln_2(x))`` (GPT-2)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.ln_1(x)))
+        return x + self.drop(self.mlp(self.ln_2(x)))
+
+
+class PostNormBlock(Block):
+    """``ln_1(x + attn(x))``, then ``ln_2(x + mlp(x))`` (Vaswani et al. 2017, BERT)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.ln_1(x + self.drop(self.attn(x)))
         return self.ln_2(x + self.drop(self.mlp(x)))
+
+
+class SinusoidalEmbedding(nn.Module):
+    """Fixed sinusoidal position table (Vaswani et al. 2017, sec. 3.5) looked up like an embedding.
+
+    ``forward(pos)`` maps int64 positions of shape ``(T,)`` to ``(T, d_model)``. The table is a
+    non-persistent buffer: it is not in state dicts.
+    """
+
+    def __init__(self, seq_len: int, d_model: int) -> None:
+        super().__init__()
+        pos = torch.arange(seq_len, dtype=torch.float32)[:, None]
+        div = torch.exp(
+            torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(1e4) / d_model)
+        )
+        table = torch.zeros(seq_len, d_model)
+        table[:, 0::2] = torch.sin(pos * div)
+        table[:, 1::2] = torch.cos(pos * div)
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, pos: torch.Tensor) -> torch.Tensor:
+        return self.table[pos]
 
 
 class Transformer(nn.Module):
@@ -79,33 +146,37 @@ class Transformer(nn.Module):
     ``forward(idx)`` maps ``(B, T)`` int64 token ids (T <= seq_len) to logits
     ``(B, T, vocab_size)``; ``forward(idx, targets)`` also returns the mean cross-entropy in nats
     per token over targets ``(B, T)`` (entries of -1 are ignored).
+
+    Raises:
+        ValueError: From ``forward``, for a sequence longer than ``seq_len``.
     """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.d_model)
+        # Added to the token embedding: a learned table (GPT-2) or a fixed one; RoPE acts in
+        # the attention layers instead.
+        self.wpe: nn.Module | None = None
         if config.pos_encoding == "learned":
             self.wpe = nn.Embedding(config.seq_len, config.d_model)
+        elif config.pos_encoding == "sinusoidal":
+            self.wpe = SinusoidalEmbedding(config.seq_len, config.d_model)
+        # One RoPE table and one sparse mask for all layers (non-persistent buffers).
+        self.rope = (RotaryEmbedding(config.seq_len, config.d_head, config.rope_base)
+                     if config.pos_encoding == "rope" else None)
+        self.sparse_mask = (SparseMask(config.attn_layout)
+                            if config.attn_pattern != "dense" else None)
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
-        self.ln_f = _norm(config) if config.norm_position == "pre" else None
+        self.blocks = nn.ModuleList(
+            Block.build(config, SelfAttention(config, rope=self.rope, mask=self.sparse_mask))
+            for _ in range(config.n_layers)
+        )
+        self.ln_f = _norm(config) if config.norm_position == "pre" else nn.Identity()
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.wte.weight
 
-        # Buffers are derived from the config, so they are not saved in state dicts.
-        if config.attn_pattern != "dense":
-            self.register_buffer("attn_mask", attention_mask(config.attn_layout), persistent=False)
-        else:
-            self.attn_mask = None
-        if config.pos_encoding == "rope":
-            cos, sin = rope_tables(config.seq_len, config.d_head, config.rope_base)
-            self.register_buffer("rope_cos", cos, persistent=False)
-            self.register_buffer("rope_sin", sin, persistent=False)
-        if config.pos_encoding == "sinusoidal":
-            self.register_buffer("pos_table", _sinusoidal(config.seq_len, config.d_model),
-                                 persistent=False)
         self.apply(self._init_weights)
         residual_std = 0.02 / math.sqrt(2 * config.n_layers)
         for block in self.blocks:
@@ -118,6 +189,11 @@ class Transformer(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
+
+    @property
+    def attn_mask(self) -> torch.Tensor | None:
+        """The bool ``(seq_len, seq_len)`` keep-mask of a sparse pattern; ``None`` if dense."""
+        return None if self.sparse_mask is None else self.sparse_mask.mask
 
     def num_params(self) -> int:
         """Number of parameters, shared (tied) tensors counted once."""
@@ -149,37 +225,22 @@ class Transformer(nn.Module):
                 module.dropout = p
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        b, t = idx.shape
+        t = idx.shape[1]
         if t > self.config.seq_len:
             raise ValueError(f"sequence of length {t} exceeds seq_len={self.config.seq_len}")
         x = self.wte(idx)  # (B, T, d_model)
-        if self.config.pos_encoding == "learned":
+        if self.wpe is not None:
             x = x + self.wpe(torch.arange(t, device=idx.device))
-        elif self.config.pos_encoding == "sinusoidal":
-            x = x + self.pos_table[:t]
         x = self.drop(x)
-        rope = (self.rope_cos, self.rope_sin) if self.config.pos_encoding == "rope" else None
         for block in self.blocks:
-            x = block(x, self.attn_mask, rope)
-        if self.ln_f is not None:
-            x = self.ln_f(x)
-        logits = self.lm_head(x)  # (B, T, V)
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
         if targets is None:
             return logits
         loss = F.cross_entropy(
             logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1
         )
         return logits, loss
-
-
-def _sinusoidal(seq_len: int, d_model: int) -> torch.Tensor:
-    """Sinusoidal position table (Vaswani et al. 2017, sec. 3.5), shape ``(T, d_model)``."""
-    pos = torch.arange(seq_len, dtype=torch.float32)[:, None]
-    div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(1e4) / d_model))
-    table = torch.zeros(seq_len, d_model)
-    table[:, 0::2] = torch.sin(pos * div)
-    table[:, 1::2] = torch.cos(pos * div)
-    return table
 
 
 def build_model(config: ModelConfig, device: torch.device | str | None = None) -> Transformer:

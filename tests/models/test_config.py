@@ -1,6 +1,9 @@
+import typing
+
 import pytest
 
-from models import PRESETS, ConfigError, ModelConfig
+from models import PRESETS, ConfigError, ModelConfig, build_model
+from models import config as model_config
 
 
 @pytest.mark.parametrize(
@@ -76,3 +79,43 @@ def test_derived_layout_is_exposed():
     assert layout.window is not None and 1 <= layout.window <= 1024
     assert abs(layout.sparsity - 0.5) < 1e-3
     assert ModelConfig(seq_len=1024).attn_layout.kept_pairs == 524_800
+
+
+# The documented choices of each string field (ModelConfig's docstring, README).
+DOCUMENTED_CHOICES = {
+    "attn_pattern": ("dense", "local", "strided", "block_sparse"),
+    "attn_backend": ("auto", "sdpa", "flex"),
+    "norm": ("layernorm", "rmsnorm"),
+    "norm_position": ("pre", "post"),
+    "activation": ("relu", "gelu", "swiglu"),
+    "pos_encoding": ("learned", "sinusoidal", "rope", "none"),
+}
+
+
+def test_choice_fields_are_the_literal_annotations_and_the_documented_choices():
+    hints = typing.get_type_hints(ModelConfig)
+    literal = {name: typing.get_args(hint) for name, hint in hints.items()
+               if typing.get_origin(hint) is typing.Literal}
+    assert model_config.CHOICE_FIELDS == literal == DOCUMENTED_CHOICES
+    assert list(model_config.CHOICE_FIELDS) == [f for f in ModelConfig.field_names()
+                                                if f in DOCUMENTED_CHOICES]
+    constants = {"attn_pattern": model_config.ATTN_PATTERNS,
+                 "attn_backend": model_config.ATTN_BACKENDS, "norm": model_config.NORMS,
+                 "norm_position": model_config.NORM_POSITIONS,
+                 "activation": model_config.ACTIVATIONS,
+                 "pos_encoding": model_config.POS_ENCODINGS}
+    assert constants == DOCUMENTED_CHOICES
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED_CHOICES))
+def test_every_choice_builds_and_a_value_outside_is_refused_naming_the_field(name):
+    for value in model_config.CHOICE_FIELDS[name]:
+        extra = {"attn_sparsity": 0.3, "attn_block_size": 16} if name == "attn_pattern" \
+            and value != "dense" else {}
+        cfg = ModelConfig.from_preset("tiny", **{name: value}, **extra)
+        build_model(cfg, device="meta")
+    for bad in ("bogus", value.upper(), 1, None):
+        with pytest.raises(ConfigError) as info:
+            ModelConfig.from_preset("tiny", **{name: bad})
+        assert str(info.value).startswith(f"{name}={bad!r} is not one of ")
+        assert ", ".join(DOCUMENTED_CHOICES[name]) in str(info.value)

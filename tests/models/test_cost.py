@@ -5,7 +5,11 @@ import itertools
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+from torch.utils.flop_counter import (
+    FlopCounterMode,
+    sdpa_backward_flop_count,
+    sdpa_flop_count,
+)
 
 from models import ConfigError, ModelConfig, build_model
 from models.attention import attention_mask
@@ -96,18 +100,27 @@ def test_causal_pair_counts():
     assert attn == pytest.approx(-4 * 64 * (1_048_576 - 524_800) / 1024)
 
 
+def _cpu_flash(query_shape, key_shape, value_shape, *args, **kwargs):
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _cpu_flash_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, **kwargs):
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+# On CPU, SDPA dispatches to ``_scaled_dot_product_flash_attention_for_cpu`` (and its backward),
+# which FlopCounterMode (torch 2.13) has no formula for, so it would count attention as 0. Count
+# them with torch's own SDPA formulas: 4*B*H*Tq*Tk*q forward, 10*B*H*Tq*Tk*q backward (the
+# backward recomputes the scores), dense: masks are ignored.
+CPU_FLASH = {
+    aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_backward,
+}
+
+
 def _count_flops(model, idx):
-    """Forward FLOPs with FlopCounterMode.
-
-    On CPU, SDPA dispatches to ``_scaled_dot_product_flash_attention_for_cpu``, which
-    FlopCounterMode (torch 2.13) has no formula for, so it would count attention as 0. Count it
-    with torch's own SDPA formula (4*B*H*Tq*Tk*q forward, dense: masks are ignored).
-    """
-    def cpu_flash(query_shape, key_shape, value_shape, *args, **kwargs):
-        return sdpa_flop_count(query_shape, key_shape, value_shape)
-
-    mapping = {aten._scaled_dot_product_flash_attention_for_cpu: cpu_flash}
-    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=mapping) as counter:
+    """Forward FLOPs with FlopCounterMode (CPU flash attention counted, see CPU_FLASH)."""
+    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=CPU_FLASH) as counter:
         model(idx)
     return counter.get_total_flops()
 
@@ -134,6 +147,34 @@ def test_forward_flops_match_flop_counter(overrides, causal):
     assert ours * b * t == pytest.approx(counted, rel=1e-9)
 
 
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"causal": False},
+    {"activation": "swiglu", "norm": "rmsnorm", "pos_encoding": "rope", "bias": False},
+    {"activation": "relu", "norm_position": "post", "tie_embeddings": False},
+    {"attn_pattern": "local", "attn_sparsity": 0.5},
+])
+def test_training_flops_match_flop_counter_over_forward_and_backward(overrides):
+    # Every matmul of the forward pass has two of its size in the backward pass (the gradients
+    # of its input and of its weight); FlopCounterMode sees them all. Its SDPA backward charges
+    # 2.5 x the forward (it counts the recomputed scores, which we do not) over all T^2 pairs,
+    # where we charge 2 x the forward over the kept ones.
+    cfg = ModelConfig(**{"vocab_size": 256, "seq_len": 48, "d_model": 64, "n_heads": 4,
+                         "n_layers": 2, **overrides})
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    b, t = 2, cfg.seq_len
+    idx = torch.randint(0, cfg.vocab_size, (b, t))
+    with FlopCounterMode(display=False, custom_mapping=CPU_FLASH) as counter:
+        _, loss = model(idx, idx)
+        loss.backward()
+    per_pair = 4 * cfg.d_model * cfg.n_layers * b  # forward FLOPs of one pair in all layers
+    kept, total = cfg.attn_layout.kept_pairs, t * t
+    ours = flops_per_token(cfg, train=True) * b * t
+    assert ours - 3 * per_pair * kept + 3.5 * per_pair * total == pytest.approx(
+        counter.get_total_flops(), rel=1e-9)
+
+
 def test_forward_flops_on_cpu_count_the_flash_kernel():
     # Guards the comment in _count_flops: without the mapping, attention counts 0 on CPU.
     cfg = ModelConfig(vocab_size=32, seq_len=16, d_model=32, n_heads=2, n_layers=1)
@@ -143,10 +184,16 @@ def test_forward_flops_on_cpu_count_the_flash_kernel():
         model(idx)
     attention = 4 * 16 * 16 * 32
     assert _count_flops(model, idx) - plain.get_total_flops() == attention
+    with FlopCounterMode(display=False) as plain_train:
+        model(idx)[0, 0, 0].backward()
+    with FlopCounterMode(display=False, custom_mapping=CPU_FLASH) as train:
+        model(idx)[0, 0, 0].backward()
+    assert train.get_total_flops() - plain_train.get_total_flops() == 3.5 * attention
 
 
 def test_dense_convention_within_one_percent_of_flop_counter_for_gpt2():
-    # On the meta device SDPA runs its math path (bmm), which FlopCounterMode counts.
+    # On the meta device SDPA runs its math path (bmm, twice the forward in the backward, no
+    # recomputation), which FlopCounterMode counts over all T^2 pairs.
     cfg = ModelConfig.from_preset("gpt2")
     model = build_model(cfg, device="meta")
     idx = torch.zeros(1, cfg.seq_len, dtype=torch.long, device="meta")
@@ -154,7 +201,11 @@ def test_dense_convention_within_one_percent_of_flop_counter_for_gpt2():
         model(idx)
     per_token = counter.get_total_flops() / cfg.seq_len
     assert flops_per_token(cfg, dense=True) == pytest.approx(per_token, rel=0.01)
-    assert flops_per_token(cfg, train=True, dense=True) == 3 * flops_per_token(cfg, dense=True)
+    with FlopCounterMode(display=False) as train:
+        _, loss = model(idx, idx)
+        loss.backward()
+    per_token = train.get_total_flops() / cfg.seq_len
+    assert flops_per_token(cfg, train=True, dense=True) == pytest.approx(per_token, rel=0.01)
 
 
 SPARSE = [
@@ -220,18 +271,23 @@ def test_scores_are_materialised_only_on_the_math_path():
     assert estimate(dropout, device="cuda").memory.activations < math
 
 
-def test_estimate_fields_and_dict():
+def test_estimate_fields_and_dict_against_published_numbers():
     cfg = ModelConfig.from_preset("gpt2", attn_pattern="local", attn_sparsity=0.5)
-    e = estimate(cfg, batch_size=4, seq_len=512, dtype="bf16")
-    d = e.to_dict()
-    assert d["n_params"] == 124_439_808 and d["seq_len"] == 512
-    assert d["flops_per_token_train"] == 3 * d["flops_per_token_fwd"]
-    assert set(d["memory_bytes"]) == {"weights", "grads", "optimizer", "activations", "logits",
-                                      "total"}
-    assert d["attn"]["kept_pairs"] == attention_pairs(cfg.attn_layout, 512)
+    d = estimate(cfg, batch_size=4, seq_len=512, dtype="bf16").to_dict()
+    n = 124_439_808  # cost_vectors.md
+    assert d["n_params"] == n and d["n_params_non_embedding"] == 85_056_000
+    assert d["seq_len"] == 512 and d["batch_size"] == 4 and d["dtype"] == "bf16"
+    # nanoGPT estimate_mfu at T = 512: 6N + 12*L*H*q*T, N without the position table.
+    assert d["flops_per_token_dense_train"] == 6 * 123_653_376 + 12 * 12 * 12 * 64 * 512
+    # fp32 master weights plus the (1024, 1024) bool keep-mask, fp32 grads, AdamW's m and v.
+    memory = d["memory_bytes"]
+    assert memory["weights"] == 4 * n + 1024 * 1024
+    assert memory["grads"] == 4 * n and memory["optimizer"] == 8 * n
+    assert set(memory) == {"weights", "grads", "optimizer", "activations", "logits", "total"}
+    # The keep-mask of the first 512 positions, counted in the tensor the model builds.
+    assert d["attn"]["kept_pairs"] == int(attention_mask(cfg.attn_layout)[:512, :512].sum())
+    assert d["attn"]["total_pairs"] == 512 * 513 // 2
     assert d["attn"]["window"] == cfg.attn_layout.window
-    m = e.memory
-    assert m.total >= m.weights + m.optimizer + max(m.activations + m.logits, m.grads)
 
 
 @pytest.mark.parametrize("kwargs,field", [

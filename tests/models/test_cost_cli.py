@@ -1,11 +1,13 @@
-"""`sweep estimate`: JSON fields against the published GPT-2 counts, table output, bad input."""
+"""`sweep estimate`: JSON fields against the published GPT-2 counts (shared/reference/
+cost_vectors.md) and a module built independently of the cost model, table output, bad input."""
 
 import json
 
 import pytest
+from torch import nn
 from typer.testing import CliRunner
 
-from models import ModelConfig
+from models import ModelConfig, build_model
 from models.cost import estimate
 from sweep.cli import app
 
@@ -18,15 +20,32 @@ def _json(*args):
     return json.loads(result.stdout)
 
 
-@pytest.mark.parametrize("preset,n_params", [("gpt2", 124_439_808), ("gpt2-xl", 1_557_611_200)])
-def test_json_parameter_counts(preset, n_params):
+# cost_vectors.md: GPT-2 totals; V = 50257, T = 1024; a causal mask at T = 1024 keeps 524,800
+# query-key pairs.
+PUBLISHED = {"gpt2": (124_439_808, 12, 768, 12), "gpt2-xl": (1_557_611_200, 48, 1600, 25)}
+V, T, CAUSAL_PAIRS = 50257, 1024, 524_800
+
+
+@pytest.mark.parametrize("preset", sorted(PUBLISHED))
+def test_json_counts_match_published_numbers_and_the_built_module(preset):
+    n, n_layers, d, n_heads = PUBLISHED[preset]
     out = _json("--preset", preset)
-    assert out["n_params"] == n_params
-    for key in ("n_params_non_embedding", "flops_per_token_fwd", "flops_per_token_train",
-                "flops_per_token_dense_train"):
-        assert out[key] > 0
-    assert set(out["memory_bytes"]) >= {"weights", "grads", "optimizer", "activations",
-                                        "logits", "total"}
+    assert out["n_params"] == n
+    # Kaplan's N: the total without the token embedding and the position table.
+    assert out["n_params_non_embedding"] == n - V * d - T * d
+    # nanoGPT estimate_mfu (PaLM appendix B): 6N + 12*L*H*q*T, N without the position table.
+    assert out["flops_per_token_dense_train"] == 6 * (n - T * d) + 12 * n_layers * d * T
+    # Exact forward count: 2 FLOPs per weight of every Linear of the built model (the tied
+    # output projection included) and 4*d per causal pair per layer.
+    model = build_model(ModelConfig.from_preset(preset), device="meta")
+    linear_weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    fwd = 2 * linear_weights + 4 * d * n_layers * CAUSAL_PAIRS / T
+    assert out["flops_per_token_fwd"] == pytest.approx(fwd, rel=1e-12)
+    assert out["flops_per_token_train"] == pytest.approx(3 * fwd, rel=1e-12)
+    # fp32 weights (no buffers: dense, learned positions) and grads, AdamW's m and v (ZeRO 3.1).
+    memory = out["memory_bytes"]
+    assert (memory["weights"], memory["grads"], memory["optimizer"]) == (4 * n, 4 * n, 8 * n)
+    assert set(memory) == {"weights", "grads", "optimizer", "activations", "logits", "total"}
 
 
 def test_json_follows_sets_and_flags():

@@ -54,7 +54,7 @@ def test_attention_matches_naive_softmax_with_temperature(pattern, sparsity, cau
     model = build_model(cfg)
     x = torch.randn(2, cfg.seq_len, cfg.d_model)
     attn = model.blocks[0].attn
-    got = attn(x, model.attn_mask)
+    got = attn(x)
     want = naive_attention(attn, x, model.attn_mask, 0.6, causal)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
@@ -152,6 +152,33 @@ def test_live_temperature_and_dropout_changes():
     assert all(m.p == 0.3 for m in model.modules() if isinstance(m, torch.nn.Dropout))
     with pytest.raises(ValueError, match="attn_temperature"):
         model.set_attn_temperature(0.0)
+
+
+def test_rope_tables_and_sparse_mask_are_one_buffer_each_shared_by_every_layer():
+    cfg = ModelConfig.from_preset("tiny-rope", n_layers=3, attn_pattern="local", attn_sparsity=0.5)
+    model = build_model(cfg).double()
+    assert all(b.attn.rope is model.rope and b.attn.sparse_mask is model.sparse_mask
+               for b in model.blocks)
+    # One copy each (what the memory estimate counts), converted with the model, not saved.
+    assert sorted(name for name, _ in model.named_buffers()) == [
+        "rope.cos", "rope.sin", "sparse_mask.mask"]
+    assert model.blocks[2].attn.rope.cos.dtype == torch.float64
+    assert not any(k.startswith(("rope", "sparse_mask")) or k.endswith(("cos", "sin", "mask"))
+                   for k in model.state_dict())
+
+
+def test_state_dict_keys_are_the_checkpoint_layout():
+    # Checkpoints written by sweep's trainer hold these keys; they must keep loading.
+    model = build_model(ModelConfig.from_preset("tiny-rope", n_layers=1, bias=True))
+    assert list(model.state_dict()) == [
+        "wte.weight", "blocks.0.ln_1.weight", "blocks.0.attn.c_attn.weight",
+        "blocks.0.attn.c_attn.bias", "blocks.0.attn.c_proj.weight", "blocks.0.attn.c_proj.bias",
+        "blocks.0.ln_2.weight", "blocks.0.mlp.c_fc.weight", "blocks.0.mlp.c_fc.bias",
+        "blocks.0.mlp.c_gate.weight", "blocks.0.mlp.c_gate.bias", "blocks.0.mlp.c_proj.weight",
+        "blocks.0.mlp.c_proj.bias", "ln_f.weight", "lm_head.weight"]
+    learned = build_model(ModelConfig.from_preset("tiny", n_layers=1))
+    assert list(learned.state_dict())[:2] == ["wte.weight", "wpe.weight"]
+    assert "ln_f.bias" in learned.state_dict()
 
 
 def test_sequence_longer_than_context_is_rejected():

@@ -4,7 +4,7 @@ import pytest
 
 from models.attention import attention_mask
 from models.errors import ConfigError
-from models.patterns import derive_layout
+from models.patterns import derive_layout, kept_pairs
 
 
 def brute_force_kept(layout):
@@ -58,3 +58,21 @@ def test_block_sparse_random_blocks_are_seeded():
 def test_sparsity_beyond_pattern_limit_is_an_error():
     with pytest.raises(ConfigError, match="no key"):
         derive_layout("local", 0.99, 64)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(("pattern", "sparsity", "block"), CASES)
+def test_kept_pairs_on_every_prefix_match_the_torch_mask(pattern, sparsity, block, causal):
+    layout = derive_layout(pattern, sparsity, 48, causal=causal, block_size=block, seed=2)
+    mask = attention_mask(layout)
+    sizes = {"window": layout.window, "stride": layout.stride, "block_size": layout.block_size,
+             "key_blocks": layout.key_blocks}
+    for t in range(1, 49):
+        assert kept_pairs(pattern, t, causal=causal, **sizes) == int(mask[:t, :t].sum()), t
+
+
+def test_kept_pairs_refuses_an_unknown_pattern_or_a_missing_size():
+    with pytest.raises(ConfigError, match="attn_pattern='sliding'"):
+        kept_pairs("sliding", 8)
+    with pytest.raises(ConfigError, match="window"):
+        kept_pairs("local", 8)

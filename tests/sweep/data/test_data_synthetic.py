@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from sweep import synthetic
+from sweep.data import synthetic
 
 
 def _h(p):

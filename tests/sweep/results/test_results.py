@@ -125,7 +125,7 @@ def test_cli_results_table_json_and_csv(store, tmp_path):
 def test_cli_results_table_fits_the_terminal(store, monkeypatch):
     from rich.console import Console
 
-    from sweep import cli
+    from sweep.cli import common as cli
 
     # A pipe or a file: every column, whole lines, numbers never split.
     result = runner.invoke(app, ["results", str(store["out"])], env={"COLUMNS": "40"})
@@ -168,6 +168,7 @@ def fetch_json(url, body=None):
         return json.loads(response.read())
 
 
+@pytest.mark.server
 @pytest.mark.slow
 def test_cli_ui_serves_the_study_runs(store):
     port = free_port()

@@ -78,6 +78,8 @@ def spec_file(tmp_path, storage, name="pg-study", n_trials=4):
     return path
 
 
+@pytest.mark.server
+@pytest.mark.slow
 def test_parallel_workers_and_a_joining_worker_share_a_postgres_study(postgres, tmp_path):
     path, out = spec_file(tmp_path, postgres), tmp_path / "out"
     runner = CliRunner()
@@ -113,6 +115,7 @@ def test_a_database_that_does_not_answer_exits_2_and_writes_nothing(tmp_path, co
     assert not out.exists()
 
 
+@pytest.mark.server
 def test_an_unknown_database_exits_2(postgres, tmp_path):
     url = postgres.rsplit("/", 1)[0] + "/no_such_db"
     result = CliRunner().invoke(app, ["run", str(spec_file(tmp_path, url)), "--out",
@@ -122,6 +125,8 @@ def test_an_unknown_database_exits_2(postgres, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.server
+@pytest.mark.slow
 def test_plain_postgresql_urls_use_the_installed_driver(postgres, tmp_path):
     pytest.importorskip("psycopg")
     url = postgres.replace("postgresql+psycopg2://", "postgresql://")
@@ -132,6 +137,7 @@ def test_plain_postgresql_urls_use_the_installed_driver(postgres, tmp_path):
     assert len(optuna.load_study(study_name="pg-plain", storage=url).get_trials()) == 2
 
 
+@pytest.mark.server
 def test_the_stored_spec_keeps_no_storage_password(postgres, tmp_path):
     from mlflow import MlflowClient
 
@@ -147,6 +153,7 @@ def test_the_stored_spec_keeps_no_storage_password(postgres, tmp_path):
     assert yaml.safe_load(text)["search"]["storage"] == with_password.replace("Hunter2", "***")
 
 
+@pytest.mark.server
 def test_worker_refuses_a_storage_without_the_study(postgres, tmp_path):
     # The MLflow store has the study, the database does not (another --out, another storage):
     # joining must not start a second study whose trial numbers collide.

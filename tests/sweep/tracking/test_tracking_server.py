@@ -50,6 +50,7 @@ def server(tmp_path_factory):
     stop_ui(proc)
 
 
+@pytest.mark.server
 def test_study_logs_runs_metrics_and_artifacts_through_the_server(server, tmp_path):
     url, root = server
     out = tmp_path / "out"
@@ -134,6 +135,7 @@ def test_a_server_that_asks_for_credentials_counts_as_reachable(dead_url):
     check_reachable("sqlite:////nonexistent/mlflow.db")  # files are not this check's business
 
 
+@pytest.mark.server
 def test_urls_that_name_no_mlflow_server_are_refused_without_their_password(server, dead_url):
     import http.server
     import threading
@@ -169,6 +171,7 @@ def test_urls_that_name_no_mlflow_server_are_refused_without_their_password(serv
         httpd.server_close()
 
 
+@pytest.mark.server
 def test_json_summary_is_the_only_stdout_with_a_tracking_server(server, tmp_path):
     import json
 

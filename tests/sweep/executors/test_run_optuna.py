@@ -8,12 +8,12 @@ import yaml
 from mlflow import MlflowClient
 from typer.testing import CliRunner
 
-from sweep import objective
 from sweep.cli import app
-from sweep.executors.optuna_executor import make_storage
+from sweep.executors.optuna import make_storage
 from sweep.results import load_results
 from sweep.spec import parse_spec
 from sweep.study import run_study
+from sweep.study import trial as objective
 
 DATA = "synthetic:markov?order=1&vocab=16&seed=0&tokens=60000"
 SCHEMA_METRICS = {
@@ -139,12 +139,14 @@ def test_infeasible_constraint_costs_no_training(tmp_path):
     frame = load_results(tmp_path / "out")
     frame.index = frame["model.d_model"].astype(int)
     assert frame.loc[32, "state"] == "INFEASIBLE" and frame.loc[16, "state"] == "COMPLETE"
-    assert math.isnan(frame.loc[32, "tokens"]) or frame.loc[32, "tokens"] == 0
+    # An infeasible trial never trains, so it logs no totals: its tokens cell is empty (NaN).
+    assert math.isnan(frame.loc[32, "tokens"])
     assert frame.loc[16, "tokens"] == 12288
     client, parent, runs = child_runs(frame.attrs["tracking_uri"], frame.attrs["parent_run_id"])
     bad = next(r for r in runs if r.data.tags["sweep.state"] == "INFEASIBLE")
     assert "max_params" in bad.data.tags["sweep.fail_reason"]
     assert "n_params" in bad.data.metrics and "val_loss" not in bad.data.metrics
+    assert "tokens" not in bad.data.metrics
 
 
 def test_study_that_can_never_train_exits_2_and_writes_nothing(tmp_path):
@@ -243,17 +245,24 @@ def test_diverged_trial_never_ranks_best(tmp_path):
     )
     summary = run_study(parse_spec(data), out_dir=tmp_path, quiet=True)
     frame = load_results(tmp_path)
-    assert summary.counts["DIVERGED"] >= 1
-    assert frame.iloc[0]["state"] == "COMPLETE"
+    # The grid has two points: lr=10 diverges, lr=0.01 completes.
+    assert summary.counts["DIVERGED"] == 1 and summary.counts["COMPLETE"] == 1
+    assert sum(summary.counts.values()) == 2
+    assert list(frame["state"]) == ["COMPLETE", "DIVERGED"]
+    assert list(frame["train.lr"].astype(float)) == [1e-2, 10.0]
     assert frame[frame["state"] == "DIVERGED"]["best_val_loss"].isna().all()
-    client, parent, _ = child_runs(summary.tracking_uri, summary.parent_run_id)
+    client, parent, runs = child_runs(summary.tracking_uri, summary.parent_run_id)
+    # MLflow's own ranking of the trial runs puts the diverged one (no best_val_loss) last.
     ranked = client.search_runs([parent.info.experiment_id],
-                                order_by=["metrics.best_val_loss ASC"], max_results=1)
-    assert ranked[0].data.tags.get("sweep.state") in ("COMPLETE", None)
+                                filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
+                                order_by=["metrics.best_val_loss ASC"])
+    assert [r.data.tags["sweep.state"] for r in ranked] == ["COMPLETE", "DIVERGED"]
+    assert ranked[0].info.run_id == frame.iloc[0]["run_id"]
     study = optuna.load_study(study_name="diverge",
                               storage=make_storage(str(tmp_path / "optuna.journal")))
-    assert study.best_trial.params["train.lr"] == "0.01" or \
-        float(study.best_trial.params["train.lr"]) == pytest.approx(1e-2)
+    assert study.best_trial.params["train.lr"] == 1e-2  # a choice keeps its option's value
+    states = {t.params["train.lr"]: t.state for t in study.trials}
+    assert states == {1e-2: optuna.trial.TrialState.COMPLETE, 10.0: optuna.trial.TrialState.FAIL}
 
 
 def test_bad_spec_exits_2_and_writes_nothing(tmp_path):

@@ -3,8 +3,8 @@ import math
 import pytest
 
 from models import ConfigError, ModelConfig
-from sweep.schedule import lr_factor
-from sweep.train_config import TrainConfig, resolve_budget
+from sweep.train.config import TrainConfig, resolve_budget
+from sweep.train.schedule import lr_factor
 
 
 def test_defaults_and_round_trip():

@@ -23,7 +23,7 @@ from sweep.study import run_study
 
 ray = pytest.importorskip("ray")
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]  # a module-wide local Ray instance
 
 DATA = "synthetic:markov?order=1&vocab=16&seed=0&tokens=60000"
 BUDGET = 20000
@@ -306,7 +306,7 @@ def test_pbt_exploits_the_better_member_and_mutates_its_lr(tmp_path):
 def test_pbt_mutations_stay_in_their_domain():
     from ray.tune.schedulers.pbt import _explore
 
-    from sweep.executors import ray_executor
+    from sweep.executors import ray as ray_executor
 
     spec = make_spec("ray-pbt-domain", train={"schedule": "constant"}, search={
         "scheduler": "pbt", "n_trials": 2,

@@ -1,5 +1,8 @@
 """Search-space translation: define-by-run sampling, configs, constraints, samplers."""
 
+import json
+import math
+
 import optuna
 import pytest
 
@@ -7,7 +10,7 @@ from models.config import ModelConfig
 from models.cost import estimate, param_count
 from sweep import space
 from sweep.spec import parse_spec
-from sweep.train_config import TrainConfig
+from sweep.train.config import TrainConfig
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -175,14 +178,41 @@ def test_recorded_constraints_steer_tpe_and_nsga2():
     assert study.best_trials[0].value == 0.9
 
 
-@pytest.mark.parametrize("sampler", ["tpe", "gp", "cmaes", "random", "nsga2"])
-def test_make_sampler_types_and_seed(sampler):
+def _proposals(spec, n_trials=6):
+    """The params a sampler made from ``spec`` proposes in a real study of ``n_trials``.
+
+    The objective is a fixed function of the config, so the sequence depends only on the
+    sampler (past its startup trials TPE, GP, CMA-ES and NSGA-II use the values told).
+    """
+    objectives = spec.search.objectives
+    study = optuna.create_study(sampler=space.make_sampler(spec),
+                                directions=["minimize"] * len(objectives))
+    proposed = []
+    for _ in range(n_trials):
+        trial = study.ask()
+        model, train = space.suggest(trial, spec)
+        proposed.append(dict(trial.params))
+        loss = model.d_model / 128 + model.n_layers / 3 + abs(math.log10(train.lr) + 3)
+        study.tell(trial, [loss, model.d_model * model.n_layers][:len(objectives)])
+    return proposed
+
+
+@pytest.mark.parametrize(("sampler", "cls"), [
+    ("tpe", optuna.samplers.TPESampler), ("gp", optuna.samplers.GPSampler),
+    ("cmaes", optuna.samplers.CmaEsSampler), ("random", optuna.samplers.RandomSampler),
+    ("nsga2", optuna.samplers.NSGAIISampler)])
+def test_make_sampler_is_seeded_with_the_specs_seed(sampler, cls):
     extra = {"objectives": ["val_loss", "n_params"], "pruner": "none"} \
         if sampler == "nsga2" else {}
-    spec = make(sampler=sampler, seed=7, **extra)
-    names = {"tpe": "TPESampler", "gp": "GPSampler", "cmaes": "CmaEsSampler",
-             "random": "RandomSampler", "nsga2": "NSGAIISampler"}
-    assert type(space.make_sampler(spec)).__name__ == names[sampler]
+    # n_trials=8: two startup trials (four for NSGA-II's first generation), then the model's
+    spec = make(sampler=sampler, seed=7, n_trials=8, **extra)
+    assert isinstance(space.make_sampler(spec), cls)
+    first, again = _proposals(spec), _proposals(spec)
+    assert first == again
+    assert len({json.dumps(p, sort_keys=True) for p in first}) == len(first)  # not stuck
+    other = _proposals(make(sampler=sampler, seed=8, n_trials=8, **extra))
+    assert other != first
+    assert other[0] != first[0]  # the seed already changes the first (random) proposal
 
 
 def test_grid_sampler_enumerates_the_whole_grid():
@@ -208,11 +238,39 @@ def test_grid_sampler_enumerates_the_whole_grid():
     assert len(seen) == len(study.trials) == 12
 
 
-@pytest.mark.parametrize(("name", "cls"), [("hyperband", "HyperbandPruner"),
-                                           ("sha", "SuccessiveHalvingPruner"),
-                                           ("median", "MedianPruner"), ("none", "NopPruner")])
-def test_make_pruner(name, cls):
-    assert type(space.make_pruner(make(pruner=name))).__name__ == cls
+def _pruned_at(study, curve, n_steps=9):
+    """Report ``curve(step)`` for steps 1..n_steps as one trial; the step it is pruned at."""
+    trial = study.ask()
+    for step in range(1, n_steps + 1):
+        trial.report(curve(step), step)
+        if trial.should_prune():
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            return step
+    study.tell(trial, curve(n_steps))
+    return None
+
+
+@pytest.mark.parametrize("name", ["hyperband", "sha", "median", "none"])
+def test_make_pruner_stops_a_clearly_bad_trial_and_none_never_prunes(name):
+    spec = make(pruner=name)
+    # A fixed study name: Hyperband puts trials into brackets by a hash of name and number.
+    study = optuna.create_study(study_name="pruning", pruner=space.make_pruner(spec),
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    good = [_pruned_at(study, lambda step, i=i: 3.0 - 0.1 * step - 0.01 * i)
+            for i in range(15)]
+    bad = [_pruned_at(study, lambda step: 10.0) for _ in range(5)]
+    if name == "none":
+        assert good == [None] * 15 and bad == [None] * 5
+        return
+    assert good == [None] * 15  # each good trial is the best so far: never pruned
+    if name == "hyperband":
+        # Brackets prune at rungs 1, 3, 9 (min_resource 1, reduction factor 3, max_resource
+        # the 9 steps a completed trial reported); the most aggressive one at the first step.
+        assert all(step in (1, 3, 9) for step in bad), bad
+        assert min(bad) == 1
+    else:
+        assert bad == [1] * 5, bad  # at the first rung / the first step after warm-up
+    assert study.trials[-1].state == optuna.trial.TrialState.PRUNED
 
 
 def test_pbt_mutations_and_initial_population():

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from models import ConfigError, ModelConfig
-from sweep.checkpoint import CheckpointError
 from sweep.data import load_corpus
-from sweep.trial import TrainConfig, Trainer
+from sweep.train.checkpoint import CheckpointError
+from sweep.train.trainer import TrainConfig, Trainer
 
 MODEL = ModelConfig(vocab_size=16, seq_len=32, d_model=32, n_heads=2, n_layers=1, dropout=0.1)
 TRAIN = TrainConfig(tokens=8192, batch_size=4, grad_accum=2, eval_every=1024, precision="fp32",

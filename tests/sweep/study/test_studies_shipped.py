@@ -28,8 +28,8 @@ def test_study_loads_and_every_sample_is_valid(path):
     assert any(f"sweep run studies/{path.name}" in line for line in header)
     assert any(re.search(r"CPU.*GPU", line) for line in header)
     summary = space.summarize(spec, n_samples=64, device="cpu")
-    assert summary["n_invalid"] == 0, summary["invalid_examples"]
-    assert summary["n_infeasible"] == 0, summary["infeasible_examples"]
+    assert summary.n_invalid == 0, summary.invalid_examples
+    assert summary.n_infeasible == 0, summary.infeasible_examples
 
 
 def test_study_algorithms():
@@ -90,7 +90,7 @@ def test_cluster_specs_in_docker_validate(path):
     spec = load_spec(path)
     assert spec.tracking.uri and spec.tracking.uri.startswith("http://")
     summary = space.summarize(spec, n_samples=16, device="cpu")
-    assert summary["n_invalid"] == 0, summary["invalid_examples"]
+    assert summary.n_invalid == 0, summary.invalid_examples
 
 
 def test_compose_cluster_shares_one_ray_token_and_binds_loopback():

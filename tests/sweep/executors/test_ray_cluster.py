@@ -25,7 +25,8 @@ from sweep.results import load_results
 
 ray = pytest.importorskip("ray")
 
-pytestmark = pytest.mark.ray
+# Only the tests that start a head node (`head_node`) are marked ``ray`` and ``slow``; the
+# others check addresses before Ray starts, in well under a second each.
 
 
 def free_port():
@@ -96,6 +97,8 @@ def sweep_cli(args, env):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_study_runs_on_the_cluster_at_address(head_node, tmp_path):
     address, env = head_node
     out = tmp_path / "out"
@@ -109,6 +112,8 @@ def test_study_runs_on_the_cluster_at_address(head_node, tmp_path):
     assert len(list((out / "ray").glob("*/*/result.json"))) == 2
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_cluster_that_refuses_the_token_exits_2_and_writes_nothing(head_node, tmp_path):
     address, env = head_node
     out = tmp_path / "out"
@@ -138,18 +143,58 @@ def test_address_where_no_cluster_answers_exits_2_and_writes_nothing(tmp_path, m
     assert not out.exists()
 
 
+@pytest.fixture
+def no_local_cluster(tmp_path, monkeypatch):
+    """This machine as ``--address auto`` sees it when no Ray cluster was started on it.
+
+    Ray resolves ``auto`` (`sweep.executors.ray.connection.check_address`, through
+    ``ray._private.services.canonicalize_bootstrap_address``) from ``RAY_ADDRESS``, then the
+    cluster ``ray start`` last recorded in Ray's temp folder (``ray_current_cluster``), then
+    any raylet process it finds on the machine. So the test clears ``RAY_ADDRESS``, points
+    ``RAY_TMPDIR`` at an empty folder and hides other processes' raylets: a cluster someone
+    else runs on the same machine (a CI neighbour, a developer's ``ray start``) cannot answer.
+    Returns the temp folder Ray reads (``<RAY_TMPDIR>/ray``).
+    """
+    from ray._private import services
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray-tmp"))
+
+    def no_raylets():
+        return frozenset()
+
+    no_raylets.cache_clear = lambda: None  # ray.init and ray.shutdown clear Ray's cache
+    monkeypatch.setattr(services, "find_gcs_addresses", no_raylets)
+    return tmp_path / "ray-tmp" / "ray"
+
+
 @pytest.mark.parametrize("address, rule", [
     ("nonsense", "not a Ray address"),
     ("127.0.0.1:99999", "not a Ray address"),
     ("auto", "no Ray cluster was started on this machine"),
 ])
-def test_bad_address_exits_2(tmp_path, monkeypatch, address, rule):
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray-here"))  # where `auto` looks
+def test_bad_address_exits_2(tmp_path, no_local_cluster, address, rule):
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["run", str(spec_file(tmp_path)), "--out", str(out),
                                       "--address", address])
     assert result.exit_code == 2, result.output
     assert f"--address {address}: {rule}" in " ".join(result.output.split())
+    assert not out.exists()
+
+
+def test_auto_is_the_cluster_recorded_in_rays_temp_folder(tmp_path, no_local_cluster):
+    # `ray start` records its cluster's address there and `auto` takes that one (Ray turns
+    # 127.0.0.1 into this node's IP); nothing listens at this one.
+    port = free_port()
+    no_local_cluster.mkdir(parents=True)
+    (no_local_cluster / "ray_current_cluster").write_text(f"127.0.0.1:{port}")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(spec_file(tmp_path)), "--out", str(out),
+                                      "--address", "auto"])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "--address auto: no Ray cluster answers at " in text
+    assert f":{port} (" in text
     assert not out.exists()
 
 

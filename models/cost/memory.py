@@ -1,0 +1,293 @@
+"""Training-step memory of `models.transformer`, in bytes, derived op by op.
+
+Notation: V vocab, T sequence length, d = d_model, L layers, H heads, q = d / H, f = d_ff,
+B batch size, N parameters.
+
+Persistent: weights (4 bytes/param, fp32 master weights also under bf16 autocast) and buffers,
+optimizer state (AdamW 8 bytes/param; ``sgd`` means SGD with momentum, 4 bytes/param);
+gradients (4 bytes/param) exist from backward until ``zero_grad(set_to_none=True)``. With AdamW
+that is 16 bytes/param, as ZeRO (Rajbhandari et al. 2020) sec. 3.1 counts mixed precision
+(2 + 2 + 12) and fp32 (4 + 4 + 8).
+
+Activations are what the autograd graph of `models.transformer` holds at the end of the forward
+pass, derived op by op rather than from Korthikanti et al. 2022 table 2
+(T*B*d*(34 + 5*H*T/d) bytes per layer at 16 bits), whose layout (dropout everywhere, scores
+stored) differs. Per block and token, in units of d elements: each Linear saves its input (norm
+outputs, the attention output) and the fused QKV output (3d) is held through the q, k, v views
+SDPA saves; the residual stream (block input and the sum after attention) is held by the norms
+(plus 2 fp32 stats per token; RMSNorm decomposes and also saves x*rsqrt); RoPE adds the rotated
+q and k. The MLP saves f (ReLU saves its output only), 2f (GELU: its input and output) or 4f
+(SwiGLU: gate, up, SiLU output and product). Fused attention (SDPA flash/memory-efficient
+kernels, and the CPU flash kernel ``_scaled_dot_product_flash_attention_for_cpu``, which PyTorch
+runs for both ``is_causal`` and a mask) saves its output and the logsumexp (B, H, T) and never
+the scores; with a mask it saves the mask converted to the query's dtype, (T, T) per layer. The
+math path (``attn_backend="math"``, and what CPU dispatches to when attention dropout is on)
+stores the (B, H, T, T) softmax output, and with dropout its mask and the dropped weights.
+Dropout masks are in the input's dtype on CPU (``input * bernoulli``) and 1-byte bools on CUDA.
+Under bf16 autocast (activation bytes 2), norms and the residual stream stay fp32, each Linear
+saves a bf16 copy of its input and of its weight.
+
+The loss: the (B*T, V) logits (held by the caller), the log-softmax cross-entropy saves, and at
+the start of backward the gradient of the log-softmax and of the logits: 16 bytes per logit in
+fp32 (under autocast: 2 + 4 + 4 + 4). For small models this dominates.
+
+The peak (``total``) is the largest of three moments of a steady-state step (optimizer state
+already allocated, gradients set to None before forward): the start of backward (weights, state,
+activations, loss); the first block's backward (activations, held logits, the output
+projection's gradient and the block's transient gradients, e.g. two (B, H, T, T) tensors on the
+math path); the optimizer step (weights, state, gradients, held logits and the update's
+temporaries: single-tensor AdamW on CPU allocates two tensors the size of the largest parameter,
+``foreach`` on CUDA one the size of all). Kernel workspaces and allocator rounding are not
+modelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal, get_args
+
+from models.config import ModelConfig
+from models.cost.params import (
+    block_bias_params,
+    block_matmul_params,
+    param_count,
+)
+
+__all__ = [
+    "DEVICES",
+    "DTYPES",
+    "MEMORY_BACKENDS",
+    "OPTIMIZERS",
+    "Device",
+    "Dtype",
+    "MemoryBackend",
+    "MemoryEstimate",
+    "Optimizer",
+    "resolve_backend",
+    "training_memory",
+]
+
+Dtype = Literal["fp32", "bf16"]
+Optimizer = Literal["adamw", "sgd"]
+Device = Literal["cuda", "cpu"]
+# "math" is SDPA's unfused fallback (what CPU runs with attention dropout, or what
+# ``sdpa_kernel(SDPBackend.MATH)`` forces): the only path that stores the (B, H, T, T) scores.
+MemoryBackend = Literal["auto", "sdpa", "flex", "math"]
+
+DTYPES: tuple[str, ...] = get_args(Dtype)
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+DEVICES: tuple[str, ...] = get_args(Device)
+MEMORY_BACKENDS: tuple[str, ...] = get_args(MemoryBackend)
+
+FP32_BYTES = 4
+BF16_BYTES = 2
+INT64_BYTES = 8  # token ids, position ids
+BOOL_BYTES = 1  # sparse keep-mask, CUDA dropout masks
+#: Optimizer state per parameter: AdamW exp_avg and exp_avg_sq, SGD its momentum buffer.
+OPTIMIZER_STATE_BYTES_PER_PARAM = {"adamw": 2 * FP32_BYTES, "sgd": FP32_BYTES}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Training-step memory in bytes.
+
+    Attributes:
+        weights: Parameters (fp32, also under bf16 autocast) and the model's buffers (sparse
+            mask, RoPE / sinusoidal tables).
+        grads: Parameter gradients (fp32), present from the backward pass to the next
+            ``zero_grad(set_to_none=True)``.
+        optimizer: Optimizer state: AdamW exp_avg and exp_avg_sq (8 bytes/param), SGD momentum
+            buffer (4 bytes/param).
+        activations: Tensors the forward pass saves for backward, the input and target ids and,
+            under bf16 autocast, the bf16 weight copies the linears save.
+        logits: Logits, the log-softmax the cross-entropy saves and the two (B*T, V) gradients
+            the loss backward creates: the largest moment of the loss.
+        total: The modelled peak of a steady-state step (optimizer state already allocated):
+            the largest of the start of backward, the middle of backward and the optimizer step.
+            It is not the sum of the parts, which do not peak together.
+    """
+
+    weights: int
+    grads: int
+    optimizer: int
+    activations: int
+    logits: int
+    total: int
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def resolve_backend(config: ModelConfig, backend: str, device: str) -> str:
+    """The attention backend that runs in training: ``sdpa``, ``flex`` (CUDA only) or ``math``.
+
+    ``auto`` is FlexAttention on CUDA for sparse patterns and SDPA otherwise, as
+    `models.attention.SelfAttention` picks it.
+    """
+    if backend == "auto":
+        backend = "flex" if device == "cuda" and config.attn_pattern != "dense" else "sdpa"
+    if backend == "flex" and device == "cpu":
+        backend = "sdpa"  # FlexAttention has no CPU backward; the model trains with SDPA
+    return backend
+
+
+def _activation_bytes_per_token(
+    config: ModelConfig, seq_len: int, dtype: str, backend: str, device: str
+) -> tuple[int, int]:
+    """Bytes saved for backward per token, and the backward transient per token.
+
+    Args:
+        config: The model.
+        seq_len: Tokens per sequence T.
+        dtype: ``fp32`` or ``bf16`` (autocast).
+        backend: The resolved backend (`resolve_backend`).
+        device: ``cuda`` or ``cpu``.
+
+    Returns:
+        ``(saved, transient)``: ``saved`` covers the residual stream, every tensor an op saves
+        for backward (module docstring) and the input and target ids; ``transient`` the largest
+        extra a block's backward holds at once.
+    """
+    d, f, h, t = config.d_model, config.d_ff, config.n_heads, seq_len
+    # matmul outputs: bf16 under autocast
+    matmul_bytes = BF16_BYTES if dtype == "bf16" else FP32_BYTES
+    # residual stream, norm inputs and outputs: fp32 also under autocast
+    residual_bytes = FP32_BYTES
+    # the bf16 copy of an fp32 tensor that a Linear saves under autocast
+    autocast_copy_bytes = BF16_BYTES if dtype == "bf16" else 0
+    dropout_p = config.dropout
+
+    def dropout_mask_bytes(elem_bytes: int) -> int:
+        # CPU F.dropout is `input * bernoulli mask` with the mask in the input's dtype;
+        # CUDA uses native_dropout with a bool mask.
+        if dropout_p == 0:
+            return 0
+        return BOOL_BYTES if device == "cuda" else elem_bytes
+
+    if config.norm == "rmsnorm":
+        # decomposed: saves x * rsqrt(mean(x^2)) (d elements) and the rsqrt
+        norm_stats_bytes = residual_bytes * d + FP32_BYTES
+    else:
+        norm_stats_bytes = 2 * FP32_BYTES  # native_layer_norm saves mean and rstd
+
+    math_path = backend == "math" or (backend == "sdpa" and device == "cpu" and dropout_p > 0)
+    if math_path:
+        # Saves q*scale, k^T*scale, a contiguous copy of v (so the QKV output and the rotated
+        # q, k are freed), the softmax output and, with dropout, its mask and the dropped
+        # weights; the (B, H, T, q) output is copied into the projection's (B, T, d) input.
+        attn_bytes = 4 * matmul_bytes * d + h * t * matmul_bytes * (3 if dropout_p > 0 else 1)
+        attn_transient_bytes = 2 * matmul_bytes * h * t
+    else:
+        # The fused QKV output (3d) is held by the q, k, v views the kernel saves; RoPE's
+        # rotated q and k are new tensors. The kernels lay their output out as (B, T, H, q)
+        # (the layout of q, and the native layout of the CUDA kernels), so the output
+        # projection's (B, T, d) input is the same storage; plus the logsumexp (B, H, T).
+        attn_bytes = 3 * matmul_bytes * d
+        if config.pos_encoding == "rope":
+            attn_bytes += 2 * matmul_bytes * d
+        attn_bytes += matmul_bytes * d + FP32_BYTES * h
+        attn_transient_bytes = 4 * matmul_bytes * d
+    mlp_hidden_tensors = {"relu": 1, "gelu": 2, "swiglu": 4}[config.activation]
+    mlp_bytes = mlp_hidden_tensors * matmul_bytes * f
+    dropout_bytes = 2 * dropout_mask_bytes(matmul_bytes) * d  # after attention and MLP
+    if config.norm_position == "pre":
+        layer_bytes = (2 * matmul_bytes * d + attn_bytes + mlp_bytes + 2 * residual_bytes * d
+                       + 2 * norm_stats_bytes + dropout_bytes)
+        # final norm's stats and output (saved by the head)
+        final_bytes = norm_stats_bytes + matmul_bytes * d
+    else:
+        layer_bytes = (2 * autocast_copy_bytes * d + attn_bytes + mlp_bytes
+                       + 4 * residual_bytes * d + 2 * norm_stats_bytes + dropout_bytes)
+        final_bytes = autocast_copy_bytes * d  # the head saves the last block's output
+    embedding_bytes = residual_bytes * d + dropout_mask_bytes(residual_bytes) * d
+    ids_bytes = 2 * INT64_BYTES  # input and target ids
+    saved = config.n_layers * layer_bytes + embedding_bytes + final_bytes + ids_bytes
+    # Backward of the last block: first the MLP's, which holds the gradients of the hidden
+    # layer (GELU: one, as the projection's saved input is freed before the GELU backward
+    # runs; ReLU: two, its saved output is still held; SwiGLU: two); then the attention's, once
+    # the MLP half of the block is freed, holding the gradients of q, k, v and the output, or
+    # the math path's two score gradients (B, H, T, T).
+    mlp_grad_bytes = (1 if config.activation == "gelu" else 2) * matmul_bytes * f
+    mlp_half_bytes = (mlp_bytes + (matmul_bytes + residual_bytes) * d + norm_stats_bytes
+                      + dropout_mask_bytes(matmul_bytes) * d)
+    return saved, max(attn_transient_bytes - mlp_half_bytes, mlp_grad_bytes)
+
+
+def training_memory(
+    config: ModelConfig,
+    *,
+    batch_size: int,
+    seq_len: int,
+    dtype: str,
+    optimizer: str,
+    backend: str,
+    device: str,
+) -> MemoryEstimate:
+    """Memory of one steady-state training step (module docstring: the model and its sources).
+
+    Args:
+        config: The model.
+        batch_size: Sequences per step B.
+        seq_len: Tokens per sequence T (<= ``config.seq_len``).
+        dtype: ``fp32`` or ``bf16`` (bf16 autocast with fp32 weights).
+        optimizer: ``adamw`` or ``sgd`` (with momentum).
+        backend: The resolved attention backend, ``sdpa``, ``flex`` or ``math``
+            (`resolve_backend`).
+        device: ``cuda`` or ``cpu``.
+
+    Returns:
+        A `MemoryEstimate`, in bytes. The arguments are not checked; `models.cost.estimate`
+        checks them.
+    """
+    d, v, t, n_layers = config.d_model, config.vocab_size, seq_len, config.n_layers
+    n_params = param_count(config)
+    tokens = batch_size * t
+    matmul_bytes = BF16_BYTES if dtype == "bf16" else FP32_BYTES
+
+    # Buffers are built at the config's seq_len, whatever the step's.
+    buffer_bytes = 0
+    if config.attn_pattern != "dense":
+        buffer_bytes += BOOL_BYTES * config.seq_len**2  # keep-mask
+    if config.pos_encoding == "rope":
+        buffer_bytes += 2 * FP32_BYTES * config.seq_len * config.d_head  # cos and sin tables
+    elif config.pos_encoding == "sinusoidal":
+        buffer_bytes += FP32_BYTES * config.seq_len * d
+    weight_bytes = FP32_BYTES * n_params + buffer_bytes
+    grad_bytes = FP32_BYTES * n_params
+    optimizer_bytes = OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * n_params
+
+    saved_per_token, transient_per_token = _activation_bytes_per_token(
+        config, t, dtype, backend, device
+    )
+    activation_bytes = saved_per_token * tokens
+    if config.attn_pattern != "dense" and backend == "sdpa":
+        activation_bytes += n_layers * matmul_bytes * t * t  # the mask as a float mask
+    if config.pos_encoding == "learned":
+        activation_bytes += INT64_BYTES * t  # position ids
+    if dtype == "bf16":
+        # autocast's bf16 weight (and bias) copies, saved by each Linear
+        n_linear_params = n_layers * (block_matmul_params(config) + block_bias_params(config))
+        activation_bytes += BF16_BYTES * (n_linear_params + v * d)
+    # logits, log-softmax output (fp32) and the gradients of both (fp32)
+    loss_bytes_per_logit = matmul_bytes + 3 * FP32_BYTES
+    loss_bytes = loss_bytes_per_logit * tokens * v
+    held_logit_bytes = matmul_bytes * tokens * v
+
+    largest_param = max(v * d, 3 * d * d, d * config.d_ff,
+                        config.seq_len * d if config.pos_encoding == "learned" else 0)
+    if device == "cpu":
+        # single-tensor updates, one parameter at a time: AdamW's sqrt(exp_avg_sq) and its
+        # quotient by the bias correction, SGD's decayed gradient
+        step_temp_bytes = (2 if optimizer == "adamw" else 1) * FP32_BYTES * largest_param
+    else:
+        step_temp_bytes = FP32_BYTES * n_params  # foreach: one temporary for every parameter
+    start_of_backward = activation_bytes + loss_bytes
+    first_block_backward = (activation_bytes + held_logit_bytes + FP32_BYTES * v * d
+                            + transient_per_token * tokens)
+    optimizer_step = grad_bytes + held_logit_bytes + 2 * INT64_BYTES * tokens + step_temp_bytes
+    total = weight_bytes + optimizer_bytes + max(start_of_backward, first_block_backward,
+                                                 optimizer_step)
+    return MemoryEstimate(
+        weights=int(weight_bytes), grads=int(grad_bytes), optimizer=int(optimizer_bytes),
+        activations=int(activation_bytes), logits=int(loss_bytes), total=int(total),
+    )

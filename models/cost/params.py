@@ -1,0 +1,107 @@
+"""Parameter counts of `models.transformer`, exact, tied weights counted once.
+
+Notation: V vocab, T sequence length, d = d_model, L layers, f = d_ff.
+
+Per block: fused QKV Linear(d, 3d), output projection Linear(d, d), MLP Linear(d, f) +
+Linear(f, d) (SwiGLU: two Linear(d, f)), two norms (LayerNorm d weights + d biases, or d without
+bias; RMSNorm d). Around the blocks: token embedding V*d, learned position table T*d, a final
+norm for pre-norm models, the output projection V*d unless tied to the token embedding.
+
+For GPT-2 (d_ff = 4d, biases, LayerNorm) a block has 12d^2 + 13d parameters and the model
+V*d + T*d + L*(12d^2 + 13d) + 2d (nanoGPT ``scaling_laws.ipynb``; HF ``GPT2LMHeadModel``):
+124,439,808 for GPT-2 small.
+"""
+
+from __future__ import annotations
+
+from models.config import ModelConfig
+
+__all__ = [
+    "block_bias_params",
+    "block_matmul_params",
+    "block_params",
+    "dense_convention_params",
+    "n_mlp_inputs",
+    "non_embedding_param_count",
+    "norm_params",
+    "param_count",
+]
+
+
+def norm_params(config: ModelConfig) -> int:
+    """Parameters of one norm layer: LayerNorm weight (and bias), RMSNorm weight."""
+    d = config.d_model
+    if config.norm == "rmsnorm":
+        return d
+    return 2 * d if config.bias else d
+
+
+def n_mlp_inputs(config: ModelConfig) -> int:
+    """Input projections Linear(d, f) of the MLP: SwiGLU has a gate beside the up one."""
+    return 2 if config.activation == "swiglu" else 1
+
+
+def block_matmul_params(config: ModelConfig) -> int:
+    """Weights of one block's Linear layers (no biases): QKV 3d^2, output d^2, MLP."""
+    d, f = config.d_model, config.d_ff
+    return 4 * d * d + (n_mlp_inputs(config) + 1) * d * f
+
+
+def block_bias_params(config: ModelConfig) -> int:
+    """Biases of one block's Linear layers: QKV 3d, output d, MLP inputs f each and output d."""
+    if not config.bias:
+        return 0
+    d, f = config.d_model, config.d_ff
+    return 3 * d + d + n_mlp_inputs(config) * f + d
+
+
+def block_params(config: ModelConfig) -> int:
+    """Parameters of one transformer block: Linear weights and biases, and its two norms."""
+    return block_matmul_params(config) + 2 * norm_params(config) + block_bias_params(config)
+
+
+def param_count(config: ModelConfig) -> int:
+    """Exact number of parameters of ``build_model(config)``, tied weights counted once.
+
+    Per block 12d^2 + 13d for GPT-2 (d_ff = 4d, biases, LayerNorm); total
+    V*d + T*d + L*(12d^2 + 13d) + 2d (nanoGPT ``scaling_laws.ipynb``; HF ``GPT2LMHeadModel``).
+    """
+    d, v = config.d_model, config.vocab_size
+    n = v * d + config.n_layers * block_params(config)
+    if config.pos_encoding == "learned":
+        n += config.seq_len * d
+    if config.norm_position == "pre":
+        n += norm_params(config)
+    if not config.tie_embeddings:
+        n += v * d
+    return n
+
+
+def non_embedding_param_count(config: ModelConfig) -> int:
+    """Kaplan et al. 2020 (sec. 2.1) N: parameters minus token embedding and position table.
+
+    Untied models also exclude the output projection, so that N describes the transformer body
+    alone and is the same tied or untied. Biases and norm weights are included. For GPT-2 small
+    this is 85,056,000.
+    """
+    n = param_count(config) - config.vocab_size * config.d_model
+    if config.pos_encoding == "learned":
+        n -= config.seq_len * config.d_model
+    if not config.tie_embeddings:
+        n -= config.vocab_size * config.d_model
+    return n
+
+
+def dense_convention_params(config: ModelConfig) -> int:
+    """N of nanoGPT ``estimate_mfu`` (PaLM appendix B): the parameters a token multiplies.
+
+    Every parameter but the position table (nanoGPT ``get_num_params(non_embedding=True)``)
+    and, untied, the input embedding, whose lookup is no matmul; the tied embedding stays in as
+    the output projection. For GPT-2 small this is 123,653,376.
+    """
+    n = param_count(config)
+    if config.pos_encoding == "learned":
+        n -= config.seq_len * config.d_model
+    if not config.tie_embeddings:
+        n -= config.vocab_size * config.d_model
+    return n
