@@ -4,15 +4,15 @@ Side by side in one run, on the same trivial trial:
 
 - ``service``: `sweep.study.run_study` on a study spec (Optuna executor at 10, 100 and 1000
   trials; the Ray executor at 20): spec validation, journal storage, search-space translation,
-  the cost-model constraint check, the MLflow schema of DESIGN.md (parent run, one child run per
-  trial with the full resolved configs, cost metrics, evaluations and state tags), the progress
-  poller, and the study summary (``trials.csv``, best config, plots).
+  the cost-model constraint check, the MLflow schema of docs/architecture.md (parent run, one
+  child run per trial with the full resolved configs, cost metrics, evaluations and state tags),
+  the progress poller, and the study summary (``trials.csv``, best config, plots).
 - ``bare``: what a researcher writes by hand: ``optuna.create_study`` in memory with the same
   sampler, and per trial ``mlflow.start_run(nested=True)`` / ``log_params`` / ``log_metric``
   into the arm's own sqlite store. For Ray, a bare ``ray.tune.Tuner`` with ``OptunaSearch`` and
   the same plain MLflow logging inside the trainable.
 
-The trivial trial is the real `sweep.trial.Trainer` in both arms, on a model as small as the
+The trivial trial is the real `sweep.train.Trainer` in both arms, on a model as small as the
 model factory builds (vocab 16, ``seq_len`` 8, ``d_model`` 8, one head, one layer), one
 optimizer step (``train.steps: 1``) on one 8-token sequence of ``synthetic:markov`` data and one
 8-token evaluation: a few milliseconds after warm-up. Faking the trainer would hide any cost the
@@ -98,7 +98,7 @@ def _quiet() -> None:
 
 
 class _Clock:
-    """Installs a trainer subclass in `sweep.objective` that records when each trial starts.
+    """Installs a trainer subclass in `sweep.study.trial` that records when each trial starts.
 
     Also times ``gc.collect`` (Optuna's ``gc_after_trial`` calls it after every trial), so the
     share of the overhead spent in full garbage collections is printed beside it.
@@ -107,8 +107,8 @@ class _Clock:
     def __init__(self) -> None:
         import gc
 
-        import sweep.objective
-        from sweep.trial import Trainer
+        import sweep.study.trial
+        from sweep.train.trainer import Trainer
 
         self.starts: list[float] = []
         self.inside = self.gc = 0.0
@@ -137,7 +137,7 @@ class _Clock:
                     clock.inside += time.perf_counter() - self._t0
 
         self.trainer = TimedTrainer
-        sweep.objective.Trainer = TimedTrainer
+        sweep.study.trial.Trainer = TimedTrainer
 
     def reset(self) -> None:
         self.starts, self.inside, self.gc = [], 0.0, 0.0
@@ -160,8 +160,8 @@ def _figures(n: int, wall: float, starts: list[float], inside: float | None,
 def _trainer_warmup(cache: Path) -> None:
     from models.config import ModelConfig
     from sweep.data import load_corpus
-    from sweep.train_config import TrainConfig
-    from sweep.trial import NullReporter, Trainer
+    from sweep.train.config import TrainConfig
+    from sweep.train.trainer import NullReporter, Trainer
 
     corpus = load_corpus(DATA_URI, cache)
     Trainer(ModelConfig(**MODEL), TrainConfig(**TRAIN), corpus, device="cpu").train(NullReporter())
@@ -175,7 +175,7 @@ def _bare_optuna(n: int, out: Path, trainer_cls: type) -> None:
     from models.config import ModelConfig
     from sweep import space
     from sweep.data import load_corpus
-    from sweep.train_config import TrainConfig
+    from sweep.train.config import TrainConfig
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     corpus = load_corpus(DATA_URI, out / "data")
@@ -246,8 +246,8 @@ def _bare_ray(n: int, out: Path) -> str:
     from models.config import ModelConfig
     from sweep import space
     from sweep.data import load_corpus
-    from sweep.train_config import TrainConfig
-    from sweep.trial import Trainer
+    from sweep.train.config import TrainConfig
+    from sweep.train.trainer import Trainer
 
     uri = f"sqlite:///{out / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)

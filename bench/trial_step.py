@@ -2,7 +2,7 @@
 
 Side by side, in one process, on the same model, corpus, step count and evaluation windows:
 
-- ``trial``: `sweep.trial.Trainer.train`, the real runner (batch sampling, schedule, divergence
+- ``trial``: `sweep.train.Trainer.train`, the real runner (batch sampling, schedule, divergence
   check, evaluations, metrics, reporting);
 - ``bare``: the same forward/backward/clip/AdamW steps and the same evaluation forwards (every
   ``eval_every`` tokens and at the end) on batches materialised in memory beforehand: the work
@@ -26,9 +26,9 @@ import torch
 
 from models import ModelConfig, build_model
 from sweep.data import load_corpus
-from sweep.optim import decay_groups
-from sweep.train_config import TrainConfig, resolve_budget
-from sweep.trial import NullReporter, Trainer
+from sweep.train.config import TrainConfig, resolve_budget
+from sweep.train.optim import decay_groups
+from sweep.train.trainer import NullReporter, Trainer
 
 
 def bare_run(model_config, train_config, corpus) -> float:

@@ -14,7 +14,7 @@ URIs:
 - ``synthetic:markov?order=K&vocab=V&alpha=A&seed=S&tokens=N``,
   ``synthetic:copy?vocab=V&length=L&seed=S&tokens=N`` and
   ``synthetic:associative-recall?vocab=V&pairs=P&seed=S&tokens=N``: sources whose entropy rate
-  (the lowest achievable loss) is known exactly; see `sweep.synthetic`.
+  (the lowest achievable loss) is known exactly; see `sweep.data.synthetic`.
 
 Preparation writes ``<cache_dir>/corpora/<content_hash>/{train,val}.bin`` and ``meta.json``
 into a temporary folder and renames it into place, so parallel workers never see half-written
@@ -40,10 +40,13 @@ from urllib.parse import parse_qsl
 
 import numpy as np
 
-from sweep import synthetic
+from sweep.data import synthetic
+from sweep.schema import METRIC_BASELINE
 
-__all__ = ["DEFAULT_CORPUS", "VAL_FRACTION", "Corpus", "DataError", "load_corpus"]
+__all__ = ["DEFAULT_CORPUS", "SCHEMES", "VAL_FRACTION", "Corpus", "DataError", "load_corpus"]
 
+#: URI schemes of corpora, in the order the docs list them.
+SCHEMES = ("builtin", "text", "tokens", "synthetic")
 DEFAULT_CORPUS = "builtin:python-stdlib"
 VAL_FRACTION = 0.1
 STDLIB_MAX_BYTES = 4_000_000
@@ -326,7 +329,7 @@ def _prepare(uri, cache_dir, digest, make, vocab, *, byte_level, splits=None) ->
             _check_ids(uri, name, split, vocab)
         meta = {"uri": uri, "vocab_size": vocab, "byte_level": byte_level,
                 "entropy_rate": entropy_rate,
-                "baseline_unigram_loss": unigram_entropy(splits[1], vocab),
+                METRIC_BASELINE: unigram_entropy(splits[1], vocab),
                 "n_train": len(splits[0]), "n_val": len(splits[1]), "in_place": make is None}
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=final.parent))
@@ -347,7 +350,7 @@ def _prepare(uri, cache_dir, digest, make, vocab, *, byte_level, splits=None) ->
         splits = tuple(np.memmap(final / f"{n}.bin", dtype=np.uint16, mode="r")
                        for n in ("train", "val"))
     return Corpus(uri=uri, vocab_size=vocab, byte_level=byte_level, train=splits[0],
-                  val=splits[1], baseline_unigram_loss=meta["baseline_unigram_loss"],
+                  val=splits[1], baseline_unigram_loss=meta[METRIC_BASELINE],
                   entropy_rate=meta["entropy_rate"], content_hash=digest)
 
 
@@ -370,8 +373,8 @@ def load_corpus(uri: str, cache_dir: Path | str, *, vocab_size: int | None = Non
     """
     scheme, sep, rest = uri.partition(":")
     if not sep:
-        raise DataError(f"corpus {uri!r}: expected scheme:..., one of builtin:, text:, "
-                        f"tokens:, synthetic:")
+        raise DataError(f"corpus {uri!r}: expected scheme:..., one of "
+                        f"{', '.join(s + ':' for s in SCHEMES)}")
     if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size < 1):
         raise DataError(f"corpus {uri!r}: vocab_size={vocab_size!r} must be a positive integer")
     cache_dir = Path(cache_dir)
@@ -393,5 +396,4 @@ def load_corpus(uri: str, cache_dir: Path | str, *, vocab_size: int | None = Non
         return _tokens(uri, cache_dir, rest, vocab_size)
     if scheme == "synthetic":
         return _synthetic(uri, cache_dir, rest, vocab_size)
-    raise DataError(f"corpus {uri!r}: unknown scheme {scheme!r}; known: builtin, text, tokens, "
-                    f"synthetic")
+    raise DataError(f"corpus {uri!r}: unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")

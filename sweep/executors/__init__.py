@@ -1,27 +1,43 @@
 """Executors run a study's trials: ``optuna`` (processes sharing its storage) or ``ray``.
 
-Chosen by name; each is imported only when used, so ``import sweep`` needs neither.
-
-Every executor exposes ``run(ctx, n_trials, view, *, address=None)``, runs each trial through
-`sweep.objective.evaluate`, and so writes the same MLflow layout and results table.
+Chosen by name through `get_executor`; each is imported only when used, so ``import sweep``
+needs neither Optuna's storages nor Ray. Every executor implements `Executor` and runs each
+trial through the one trial path, `sweep.study.trial`, so both write the same MLflow layout
+and results table.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-__all__ = ["EXECUTORS", "get_executor"]
+if TYPE_CHECKING:
+    from sweep.study.progress import ProgressView
+    from sweep.study.trial import StudyContext
 
-EXECUTORS = {"optuna": "sweep.executors.optuna_executor", "ray": "sweep.executors.ray_executor"}
+__all__ = ["EXECUTORS", "Executor", "get_executor"]
+
+EXECUTORS = {"optuna": "sweep.executors.optuna", "ray": "sweep.executors.ray"}
 
 
-def get_executor(name: str) -> ModuleType:
-    """The executor module called ``name``.
+class Executor(Protocol):
+    """What the driver calls: one function that runs a study's remaining trials."""
+
+    def run(self, ctx: StudyContext, n_trials: int, view: ProgressView, *,
+            address: str | None = None) -> Any:
+        """Run trials until the study holds ``n_trials``; return an Optuna study or None.
+
+        The Optuna study (the executor's own, or Ray's ``OptunaSearch`` one) feeds Optuna's
+        plots; None where there is none (population-based training).
+        """
+
+
+def get_executor(name: str) -> Executor:
+    """The executor called ``name`` (its package, imported now).
 
     Raises:
         ValueError: For an unknown name.
     """
     if name not in EXECUTORS:
         raise ValueError(f"executor={name!r} is not one of {', '.join(EXECUTORS)}")
-    return importlib.import_module(EXECUTORS[name])
+    return cast(Executor, importlib.import_module(EXECUTORS[name]))

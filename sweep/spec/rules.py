@@ -21,23 +21,21 @@ import typing
 from collections.abc import Iterable, Iterator
 from dataclasses import MISSING
 from dataclasses import fields as dc_fields
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 from models.config import ModelConfig
 from models.presets import PRESETS
-from sweep.spec import (
-    _MODEL_ENUMS,
-    _RDB_SCHEMES,
+from sweep.schema import METRIC_VAL_LOSS
+from sweep.spec.domains import ChoiceDomain, FloatDomain, IntDomain
+from sweep.spec.fields import (
+    DERIVED_MODEL_KEYS,
     PBT_MUTABLE,
+    RDB_SCHEMES,
     SHAPE_FIELDS,
-    ChoiceDomain,
-    FloatDomain,
-    IntDomain,
-    PBTSpec,
-    SpecParam,
-    StudySpec,
 )
-from sweep.train_config import BUDGET_FIELDS as _BUDGET_FIELDS
+from sweep.spec.schema import PBTSpec, StudySpec, ordered, resolve_ref
+from sweep.train.config import BUDGET_FIELDS as _BUDGET_FIELDS
+from sweep.train.config import TrainConfig
 
 __all__ = ["ordered", "problems", "resolve_ref", "section_defaults", "train_config_class"]
 
@@ -56,8 +54,6 @@ def problems(spec: StudySpec) -> list[str]:
 # ------------------------------------------------------------------------------ type rules
 def train_config_class() -> type:
     """The `TrainConfig` dataclass the ``train`` section describes."""
-    from sweep.train_config import TrainConfig
-
     return TrainConfig
 
 
@@ -98,9 +94,14 @@ def _is_num(v: Any) -> bool:
 
 
 def _type_problem(annotation: Any, value: Any) -> str | None:
-    """Why ``value`` does not fit ``annotation`` (int, float, bool, str, X | None, tuple)."""
+    """Why ``value`` does not fit ``annotation`` (int, float, bool, str, Literal, X | None, tuple).
+
+    A ``Literal`` (the choice fields of `ModelConfig`) admits exactly its listed values.
+    """
     args = typing.get_args(annotation)
     origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return None if value in args else f"{value!r} is not one of {', '.join(map(str, args))}"
     if origin in (Union, types.UnionType) and args:
         if value is None and type(None) in args:
             return None
@@ -132,7 +133,7 @@ def _known_fields(section: str) -> dict[str, Any]:
     if section == "model":
         types = _field_types(ModelConfig)
         types = {n: types[n] for n in ModelConfig.field_names()}
-        types.update({"preset": str, "d_head": int, "d_ff_ratio": float})
+        types.update(DERIVED_MODEL_KEYS)
         return types
     cls = train_config_class()
     types = _field_types(cls)
@@ -169,9 +170,6 @@ def _check_value(path: str, name: str, annotation: Any, param: Any) -> Iterator[
         problem = _type_problem(annotation, value)
         if problem:
             yield f"{sub}: {problem}"
-        elif name in _MODEL_ENUMS and path.startswith("model.") and \
-                value not in _MODEL_ENUMS[name]:
-            yield f"{sub}: {value!r} is not one of {', '.join(_MODEL_ENUMS[name])}"
 
 
 def _check_fields(spec: StudySpec) -> Iterator[str]:
@@ -208,16 +206,6 @@ def _check_fields(spec: StudySpec) -> Iterator[str]:
 
 
 # ------------------------------------------------------------------------------ conditions
-def resolve_ref(spec: StudySpec, section: str, key: str) -> tuple[str, str] | None:
-    if "." in key:
-        sec, _, name = key.partition(".")
-        return (sec, name) if sec in ("model", "train") and name in getattr(spec, sec) else None
-    for sec in (section, "train" if section == "model" else "model"):
-        if key in getattr(spec, sec):
-            return sec, key
-    return None
-
-
 def _check_conditions(spec: StudySpec) -> list[str]:
     problems = []
     for section in ("model", "train"):
@@ -250,32 +238,6 @@ def _check_conditions(spec: StudySpec) -> list[str]:
     return problems
 
 
-def ordered(spec: StudySpec) -> list[SpecParam]:
-    """Topological order of the params by their ``when`` references (stable otherwise)."""
-    params = {(s, n): SpecParam(s, n, v) for s in ("model", "train")
-              for n, v in getattr(spec, s).items()}
-    done: dict[tuple[str, str], None] = {}
-    visiting: list[tuple[str, str]] = []
-
-    def visit(key: tuple[str, str]) -> None:
-        if key in done:
-            return
-        if key in visiting:
-            cycle = " -> ".join(f"{s}.{n}" for s, n in [*visiting[visiting.index(key):], key])
-            raise ValueError(f"{key[0]}.{key[1]}.when: conditions form a cycle: {cycle}")
-        visiting.append(key)
-        for ref_key in params[key].when:
-            ref = resolve_ref(spec, key[0], ref_key)
-            if ref is not None:
-                visit(ref)
-        visiting.pop()
-        done[key] = None
-
-    for key in params:
-        visit(key)
-    return [params[k] for k in done]
-
-
 # ---------------------------------------------------------------------------------- search
 def _is_finite_domain(param: Any) -> bool:
     return isinstance(param, (ChoiceDomain, IntDomain)) or (
@@ -291,7 +253,7 @@ def _check_search(spec: StudySpec) -> list[str]:
     if s.directions is not None and len(s.directions) != n_obj:
         problems.append(f"search.directions: {len(s.directions)} direction(s) for {n_obj} "
                         "objective(s)")
-    if "val_loss" not in s.objectives:
+    if METRIC_VAL_LOSS not in s.objectives:
         problems.append("search.objectives: val_loss must be one of the objectives (the others "
                         "are known before training)")
     if s.sampler == "nsga2" and n_obj < 2:
@@ -332,9 +294,9 @@ def _check_search(spec: StudySpec) -> list[str]:
         problems.append("search.population_size: only used by sampler nsga2")
     if s.storage and "://" in s.storage:
         scheme = s.storage.split("://", 1)[0].split("+", 1)[0]
-        if scheme not in _RDB_SCHEMES:
+        if scheme not in RDB_SCHEMES:
             problems.append(f"search.storage: {s.storage.split('://', 1)[0]}://... is neither a "
-                            f"journal file path nor an RDB URL ({', '.join(_RDB_SCHEMES)})")
+                            f"journal file path nor an RDB URL ({', '.join(RDB_SCHEMES)})")
     return problems
 
 

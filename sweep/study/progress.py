@@ -16,9 +16,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from sweep.schema import METRIC_VAL_LOSS, TrialState
+
 __all__ = ["ProgressView", "TrialRow", "format_params"]
 
-_FINAL = ("COMPLETE", "PRUNED", "FAILED", "INFEASIBLE", "DIVERGED")
+_FINAL = TrialState.final()
 
 
 @dataclass
@@ -101,7 +103,8 @@ class ProgressView:
             self._live.update(self._render())
 
     def _print_finished(self, row: TrialRow) -> None:
-        colour = {"COMPLETE": "green", "PRUNED": "yellow", "INFEASIBLE": "magenta"}.get(
+        colour = {TrialState.COMPLETE: "green", TrialState.PRUNED: "yellow",
+                  TrialState.INFEASIBLE: "magenta"}.get(
             row.state, "red")
         text = Text.assemble(
             f"trial {row.number:>3} ", (f"{row.state:<10}", colour),
@@ -114,24 +117,25 @@ class ProgressView:
 
     def summary(self) -> str:
         """One line: counts per state and the best val loss so far."""
-        counts = {s: 0 for s in ("RUNNING",) + _FINAL}
+        counts = {s: 0 for s in (TrialState.RUNNING,) + _FINAL}
         for row in self._rows:
             counts[row.state] = counts.get(row.state, 0) + 1
         done = sum(counts[s] for s in _FINAL)
         finite = [r.best_val_loss for r in self._rows
-                  if r.state == "COMPLETE" and math.isfinite(r.best_val_loss)]
+                  if r.state == TrialState.COMPLETE and math.isfinite(r.best_val_loss)]
         best = _loss(min(finite)) if finite else "-"
-        return (f"{done}/{self.n_trials} done: {counts['COMPLETE']} complete, "
-                f"{counts['PRUNED']} pruned, {counts['FAILED']} failed, "
-                f"{counts['INFEASIBLE']} infeasible, {counts['DIVERGED']} diverged; "
-                f"{counts['RUNNING']} running; best val_loss {best}")
+        return (f"{done}/{self.n_trials} done: {counts[TrialState.COMPLETE]} complete, "
+                f"{counts[TrialState.PRUNED]} pruned, {counts[TrialState.FAILED]} failed, "
+                f"{counts[TrialState.INFEASIBLE]} infeasible, "
+                f"{counts[TrialState.DIVERGED]} diverged; "
+                f"{counts[TrialState.RUNNING]} running; best val_loss {best}")
 
     def _render(self) -> Group:
         table = Table(title=f"study {self.study_name}", expand=False)
-        for column in ("trial", "params", "tokens", "val_loss", "state"):
+        for column in ("trial", "params", "tokens", METRIC_VAL_LOSS, "state"):
             table.add_column(column)
         for row in self._rows:
-            if row.state == "RUNNING":
+            if row.state == TrialState.RUNNING:
                 table.add_row(str(row.number), format_params(row.params), f"{row.tokens:,}",
                               _loss(row.val_loss), row.state)
         return Group(table, Text(self.summary()))

@@ -1,14 +1,14 @@
-"""One trial of a study, the same for every executor: check, train, track.
+"""The one trial path of a study, the same for every executor: price, train, track.
 
-The executor (Optuna or Ray Tune) turns its trial into configs through `sweep.space`, then calls
-`evaluate`, which
+The executor (Optuna or Ray Tune) turns its trial into configs through `sweep.space`, then
+either calls `evaluate`, or (population-based training, which trains in chunks between Ray's
+checkpoints) its two halves:
 
-1. opens the trial's MLflow child run and logs the resolved configs and cost metrics;
-2. checks the spec's constraints with the cost model: an infeasible config is recorded as
-   ``INFEASIBLE`` with the reason and costs no training;
-3. trains through `sweep.trial.Trainer`, sending each evaluation to MLflow and to the
-   executor's reporter (which may prune);
-4. ends the run in the trial's final state.
+1. `open_trial` opens the trial's MLflow child run, logs the resolved configs and the cost
+   metrics, and checks the spec's constraints with the cost model: an infeasible config is
+   recorded as ``INFEASIBLE`` with the reason and costs no training;
+2. `train_trial` trains through `sweep.train.Trainer`, sending each evaluation to MLflow and
+   to the executor's reporter (which may prune), and ends the run in the trial's final state.
 
 `StudyContext` carries what a worker process needs (picklable), so trials run the same way in
 the driver, in ``search.parallel`` worker processes and in Ray workers on other machines.
@@ -16,6 +16,7 @@ the driver, in ``search.parallel`` worker processes and in Ray workers on other 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +26,14 @@ from models.config import ModelConfig
 from models.errors import ConfigError
 from sweep import space
 from sweep.data import Corpus, load_corpus
+from sweep.schema import METRIC_VAL_LOSS, TrialState, cost_metrics
+from sweep.space import SpaceSummary
 from sweep.spec import StudySpec
-from sweep.tracking import TrialContext, TrialRun, cost_metrics
-from sweep.train_config import TrainConfig
-from sweep.trial import NullReporter, Reporter, Trainer
+from sweep.tracking import TrialContext, TrialRun
+from sweep.train import NullReporter, Reporter, TrainConfig, Trainer
 
-__all__ = ["StudyContext", "TrialOutcome", "evaluate", "objective_values"]
+__all__ = ["OpenTrial", "StudyContext", "TrialOutcome", "evaluate", "objective_values",
+           "open_trial", "train_trial"]
 
 
 @dataclass(frozen=True)
@@ -42,12 +45,14 @@ class StudyContext:
         out_dir: The study's output folder (corpus cache, checkpoints, stores).
         tracking: The study's MLflow experiment and parent run.
         device: Device override for training (``None``: the train config's ``device``).
+        summary: The space priced once by preflight (`sweep.space.SpaceSummary`), or None.
     """
 
     spec: StudySpec
     out_dir: Path
     tracking: TrialContext
     device: str | None = None
+    summary: SpaceSummary | None = None
     _corpus: list = field(default_factory=list, compare=False, repr=False)
 
     def corpus(self) -> Corpus:
@@ -73,21 +78,45 @@ class TrialOutcome:
 
     Attributes:
         number: Trial number (run ``trial-<number>``).
-        state: ``COMPLETE``, ``PRUNED``, ``DIVERGED``, ``FAILED`` or ``INFEASIBLE``.
+        state: A final `TrialState`.
         best_val_loss: Lowest finite val loss, nats/token; nan if none.
         reason: Why the trial was infeasible, diverged or failed.
         cost: The cost metrics logged for the trial (``n_params``, ``flops_per_token``...).
         run_id: MLflow run id of the trial.
         constraints: Optuna constraint values (<= 0 feasible) of the cost check, if it ran.
+        tokens: Training tokens the trial trained (0 for an infeasible one, whose run logs no
+            ``tokens`` metric, so the results table shows nan).
     """
 
     number: int
-    state: str
+    state: TrialState
     best_val_loss: float = math.nan
     reason: str | None = None
     cost: dict[str, float] = field(default_factory=dict)
     run_id: str | None = None
     constraints: list[float] | None = None
+    tokens: int = 0
+
+
+@dataclass
+class OpenTrial:
+    """A feasible trial whose run is open and priced, ready to train (`open_trial`).
+
+    Attributes:
+        number: Trial number.
+        run: Its open MLflow child run; the caller ends it (`train_trial` does).
+        model: The resolved model config.
+        train: The resolved train config.
+        cost: The cost metrics logged for it.
+        constraints: Optuna constraint values of the cost check.
+    """
+
+    number: int
+    run: TrialRun
+    model: ModelConfig
+    train: TrainConfig
+    cost: dict[str, float]
+    constraints: list[float]
 
 
 class _Tee:
@@ -104,14 +133,67 @@ class _Tee:
         return self.reporter.should_stop()
 
 
-def start_run(
-    ctx: StudyContext, number: int, model: ModelConfig, train: TrainConfig
-) -> TrialRun:
-    """Open trial ``number``'s MLflow run with its resolved configs as params.
+def open_trial(
+    ctx: StudyContext,
+    number: int,
+    configs: tuple[ModelConfig, TrainConfig] | ConfigError,
+    *,
+    raw_params: dict[str, Any] | None = None,
+) -> OpenTrial | TrialOutcome:
+    """Open trial ``number``'s run and price its config; record it if it cannot train.
 
-    Params are the flat dotted keys of `sweep.tracking` (``model.d_model``, ``train.lr``).
+    Params are the resolved configs under flat dotted keys (``model.d_model``, ``train.lr``);
+    the cost metrics are `models.cost.estimate`'s (through `sweep.space.check_constraints`,
+    with the memory of the device the trial runs on).
+
+    Args:
+        ctx: The study context.
+        number: Trial number.
+        configs: The trial's resolved configs, or the `ConfigError` the search space raised
+            for an invalid combination (recorded as ``INFEASIBLE``).
+        raw_params: The sampled params, logged when ``configs`` is an error.
+
+    Returns:
+        An `OpenTrial` to train, or the ``INFEASIBLE`` `TrialOutcome` of an invalid config or
+        one outside the constraints (its run ended). An exception while pricing ends the run
+        ``FAILED`` and is re-raised.
     """
-    return ctx.tracking.start_trial(number, {"model": model.to_dict(), "train": train.to_dict()})
+    if isinstance(configs, ConfigError):
+        with ctx.tracking.start_trial(number, raw_params or {}) as run:
+            run.end(TrialState.INFEASIBLE, fail_reason=str(configs))
+        return TrialOutcome(number, TrialState.INFEASIBLE, reason=str(configs),
+                            run_id=run.run_id)
+    model, train = configs
+    with contextlib.ExitStack() as owner:
+        run = owner.enter_context(
+            ctx.tracking.start_trial(number, {"model": model.to_dict(), "train": train.to_dict()}))
+        device = ctx.device or train.device
+        ok, reason, estimate = space.check_constraints(ctx.spec, model, train, device=device)
+        cost = cost_metrics(estimate)
+        run.log_costs(cost)
+        constraints = space.constraint_values(
+            ctx.spec, estimate, memory_limit_bytes=space.memory_limit_bytes(ctx.spec, device))
+        if not ok:
+            run.end(TrialState.INFEASIBLE, fail_reason=reason)
+            return TrialOutcome(number, TrialState.INFEASIBLE, reason=reason, cost=cost,
+                                run_id=run.run_id, constraints=constraints)
+        owner.pop_all()  # the caller ends the run from here on
+    return OpenTrial(number, run, model, train, cost, constraints)
+
+
+def train_trial(ctx: StudyContext, trial: OpenTrial,
+                reporter: Reporter | None = None) -> TrialOutcome:
+    """Train an `OpenTrial` to its end and record the outcome in its run.
+
+    Each evaluation goes to MLflow and to ``reporter`` (`NullReporter` if None), which may
+    prune the trial. Exceptions inside training end the run ``FAILED`` and are re-raised.
+    """
+    with trial.run as run:
+        trainer = Trainer(trial.model, trial.train, ctx.corpus(), device=ctx.device)
+        result = trainer.train(_Tee(run, reporter or NullReporter()))
+        run.log_result(result)
+    return TrialOutcome(trial.number, result.state, result.best_val_loss, result.fail_reason,
+                        trial.cost, run.run_id, trial.constraints, result.tokens)
 
 
 def evaluate(
@@ -122,13 +204,12 @@ def evaluate(
     *,
     raw_params: dict[str, Any] | None = None,
 ) -> TrialOutcome:
-    """Run trial ``number`` end to end and record it in MLflow.
+    """Run trial ``number`` end to end (`open_trial`, then `train_trial`) and record it.
 
     Args:
         ctx: The study context.
         number: Trial number.
-        configs: The trial's resolved configs, or the `ConfigError` the search space raised
-            for an invalid combination (recorded as ``INFEASIBLE``).
+        configs: The trial's resolved configs, or the `ConfigError` of an invalid combination.
         reporter: The executor's reporter (pruning); `NullReporter` if None.
         raw_params: The sampled params, logged when ``configs`` is an error.
 
@@ -136,28 +217,10 @@ def evaluate(
         The trial's `TrialOutcome`. Exceptions inside training end the run ``FAILED`` and are
         re-raised.
     """
-    reporter = reporter or NullReporter()
-    if isinstance(configs, ConfigError):
-        with ctx.tracking.start_trial(number, raw_params or {}) as run:
-            run.end("INFEASIBLE", fail_reason=str(configs))
-        return TrialOutcome(number, "INFEASIBLE", reason=str(configs), run_id=run.run_id)
-    model, train = configs
-    with start_run(ctx, number, model, train) as run:
-        device = ctx.device or train.device
-        ok, reason, estimate = space.check_constraints(ctx.spec, model, train, device=device)
-        cost = cost_metrics(estimate)
-        run.log_costs(cost)
-        constraints = space.constraint_values(
-            ctx.spec, estimate, memory_limit_bytes=space.memory_limit_bytes(ctx.spec, device))
-        if not ok:
-            run.end("INFEASIBLE", fail_reason=reason)
-            return TrialOutcome(number, "INFEASIBLE", reason=reason, cost=cost,
-                                run_id=run.run_id, constraints=constraints)
-        trainer = Trainer(model, train, ctx.corpus(), device=ctx.device)
-        result = trainer.train(_Tee(run, reporter))
-        run.log_result(result)
-    return TrialOutcome(number, result.state, result.best_val_loss, result.fail_reason, cost,
-                        run.run_id, constraints)
+    opened = open_trial(ctx, number, configs, raw_params=raw_params)
+    if isinstance(opened, TrialOutcome):
+        return opened
+    return train_trial(ctx, opened, reporter)
 
 
 def objective_values(spec: StudySpec, outcome: TrialOutcome) -> list[float]:
@@ -165,8 +228,5 @@ def objective_values(spec: StudySpec, outcome: TrialOutcome) -> list[float]:
 
     ``val_loss`` is the best val loss; the cost objectives come from the cost model.
     """
-    values = []
-    for name in spec.search.objectives:
-        values.append(outcome.best_val_loss if name == "val_loss"
-                      else float(outcome.cost.get(name, math.nan)))
-    return values
+    return [outcome.best_val_loss if name == METRIC_VAL_LOSS
+            else float(outcome.cost.get(name, math.nan)) for name in spec.search.objectives]

@@ -1,10 +1,10 @@
 """Whole-training-state checkpoints, written atomically.
 
-A checkpoint holds everything a `sweep.trial.Trainer` needs to continue as if never stopped:
+A checkpoint holds everything a `sweep.train.Trainer` needs to continue as if never stopped:
 model and optimizer state, the mutable hyperparameters, step and token counters, elapsed time,
 the RNG states, the data position (batches are a pure function of seed and index, so the step
 is the position) and the evaluation history. The learning-rate schedule is a pure function of
-the token count (`sweep.schedule`), so it has no state of its own beyond the counters.
+the token count (`sweep.train.schedule`), so it has no state of its own beyond the counters.
 
 Files are written to a temporary file in the target folder and renamed over the target, so a
 reader (another PBT member, a resumed worker) never sees half a file.

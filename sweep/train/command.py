@@ -1,6 +1,6 @@
 """The work of ``sweep train``: one trial from a preset, ``--set`` overrides and a corpus URI.
 
-Useful to debug a config before a sweep: the same `sweep.trial.Trainer` the executors run, no
+Useful to debug a config before a sweep: the same `sweep.train.Trainer` the executors run, no
 study, no tracking. Inputs are checked in order of cost (train config, model config, corpus),
 so a bad flag fails before a corpus is prepared.
 """
@@ -14,8 +14,9 @@ from typing import Any
 from models.config import ModelConfig
 from models.errors import ConfigError
 from sweep.data import Corpus, load_corpus
-from sweep.train_config import BUDGET_FIELDS, TrainConfig
-from sweep.trial import Reporter, Trainer, TrialResult
+from sweep.schema import METRIC_TOKENS_PER_S, METRIC_TRAIN_LOSS, METRIC_VAL_BPB, METRIC_VAL_LOSS
+from sweep.train.config import BUDGET_FIELDS, TrainConfig
+from sweep.train.trainer import Reporter, Trainer, TrialResult
 
 __all__ = ["DEFAULT_BUDGET_TOKENS", "PrintReporter", "TrainRequest", "result_json", "split_sets"]
 
@@ -137,9 +138,9 @@ class PrintReporter(Reporter):
 
     def report(self, tokens: int, metrics: dict[str, float]) -> None:
         parts = [f"tokens {tokens:>10,}"]
-        for key in ("val_loss", "val_bpb", "train_loss", "lr", "tokens_per_s"):
+        for key in (METRIC_VAL_LOSS, METRIC_VAL_BPB, METRIC_TRAIN_LOSS, "lr", METRIC_TOKENS_PER_S):
             if key in metrics:
-                fmt = ".3g" if key == "lr" else (",.0f" if key == "tokens_per_s" else ".4f")
+                fmt = ".3g" if key == "lr" else (",.0f" if key == METRIC_TOKENS_PER_S else ".4f")
                 parts.append(f"{key} {metrics[key]:{fmt}}")
         self.emit("  ".join(parts))
 

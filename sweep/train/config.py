@@ -16,11 +16,16 @@ from typing import Any
 from models.config import ModelConfig
 from models.errors import ConfigError, reject_unknown
 
-__all__ = ["BUDGET_FIELDS", "PRECISIONS", "SCHEDULES", "Budget", "TrainConfig", "resolve_budget"]
+__all__ = ["BUDGET_FIELDS", "LIVE_HPARAMS", "PRECISIONS", "SCHEDULES", "Budget", "TrainConfig",
+           "resolve_budget"]
 
 SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("auto", "fp32", "bf16")
 BUDGET_FIELDS = ("tokens", "flops", "steps", "seconds")
+#: Hyperparameters a live `sweep.train.Trainer` can change between steps without changing any
+#: tensor's shape (population-based training), with the config section each belongs to.
+LIVE_HPARAMS = {"lr": "train", "weight_decay": "train", "betas": "train", "grad_clip": "train",
+                "dropout": "model", "attn_temperature": "model"}
 
 
 def _is_int(v: Any) -> bool:

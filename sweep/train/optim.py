@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from sweep.train_config import TrainConfig
+from sweep.train.config import TrainConfig
 
 __all__ = ["build_adamw", "decay_groups"]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["STATES", "NullReporter", "Reporter", "TrialResult"]
+from sweep.schema import TrialState
 
-STATES = ("COMPLETE", "PRUNED", "DIVERGED", "FAILED")
+__all__ = ["NullReporter", "Reporter", "TrialResult"]
 
 
 @runtime_checkable
@@ -55,7 +55,7 @@ class TrialResult:
         history: One dict per evaluation: ``tokens`` and the reported metrics.
     """
 
-    state: str
+    state: TrialState
     best_val_loss: float
     final_val_loss: float
     tokens: int

@@ -14,6 +14,7 @@ prune); `NullReporter` runs a trial with no executor at all, like Optuna's ``Fix
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -23,16 +24,25 @@ import torch
 from models import build_model
 from models.config import ModelConfig
 from models.errors import ConfigError
-from sweep import hardware
-from sweep.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from sweep.data import Corpus
-from sweep.optim import build_adamw
-from sweep.outcome import STATES, NullReporter, Reporter, TrialResult
-from sweep.schedule import lr_factor
-from sweep.train_config import TrainConfig, resolve_budget
+from sweep.schema import (
+    METRIC_LR,
+    METRIC_TOKENS,
+    METRIC_TOKENS_PER_S,
+    METRIC_TRAIN_LOSS,
+    METRIC_VAL_BPB,
+    METRIC_VAL_LOSS,
+    METRIC_WALL_S,
+    TrialState,
+)
+from sweep.train import hardware
+from sweep.train.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from sweep.train.config import LIVE_HPARAMS, TrainConfig, resolve_budget
+from sweep.train.optim import build_adamw
+from sweep.train.reporter import NullReporter, Reporter, TrialResult
+from sweep.train.schedule import lr_factor
 
 __all__ = [
-    "STATES",
     "NullReporter",
     "Reporter",
     "TrainConfig",
@@ -41,7 +51,8 @@ __all__ = [
     "run_trial",
 ]
 
-_MUTABLE = ("lr", "weight_decay", "dropout", "attn_temperature")
+# Model fields a live trainer may change: a checkpoint's model may differ from ours only there.
+_LIVE_MODEL_FIELDS = tuple(k for k, section in LIVE_HPARAMS.items() if section == "model")
 
 
 class Trainer:
@@ -98,11 +109,11 @@ class Trainer:
         self.step = 0
         self.tokens_seen = 0
         self._data_seed = train_config.seed
-        self.state = "RUNNING"
+        self.state = TrialState.RUNNING
         self.fail_reason: str | None = None
         self.history: list[dict[str, float]] = []
         self.timings = {"compute_s": 0.0, "data_s": 0.0, "eval_s": 0.0, "report_s": 0.0,
-                        "wall_s": 0.0}
+                        METRIC_WALL_S: 0.0}
         self._loss_sum, self._loss_n, self._last_eval_tokens = 0.0, 0, 0
         self._window = [0, 0.0]  # tokens and training seconds at the last evaluation
         self._last_lr = self.lr
@@ -120,12 +131,15 @@ class Trainer:
         *,
         lr: float | None = None,
         weight_decay: float | None = None,
+        betas: tuple[float, float] | list[float] | None = None,
+        grad_clip: float | None = None,
         dropout: float | None = None,
         attn_temperature: float | None = None,
     ) -> None:
         """Change shape-preserving hyperparameters between steps (population-based training).
 
-        ``lr`` is the new peak; the schedule's factor still applies.
+        The names are `sweep.train.config.LIVE_HPARAMS`. ``lr`` is the new peak; the schedule's
+        factor still applies. ``betas`` are AdamW's, set on every parameter group.
 
         Raises:
             ConfigError: For a value out of range (the field is named).
@@ -138,6 +152,11 @@ class Trainer:
             if not weight_decay >= 0 or not math.isfinite(weight_decay):
                 raise ConfigError(f"weight_decay={weight_decay!r} must be a finite number >= 0")
             self.optimizer.param_groups[0]["weight_decay"] = float(weight_decay)
+        if betas is not None:
+            for group in self.optimizer.param_groups:
+                group["betas"] = tuple(float(b) for b in betas)
+        if grad_clip is not None:
+            self.train_config = dataclasses.replace(self.train_config, grad_clip=float(grad_clip))
         if dropout is not None:
             self.model.set_dropout(dropout)
         if attn_temperature is not None:
@@ -202,7 +221,7 @@ class Trainer:
         loss_value, norm_value = torch.stack([loss_sum / accum, grad_norm.float()]).tolist()
         if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
             self.optimizer.zero_grad(set_to_none=True)
-            self.state = "DIVERGED"
+            self.state = TrialState.DIVERGED
             what = "loss" if not math.isfinite(loss_value) else "gradient norm"
             self.fail_reason = (f"non-finite {what} in step {self.step + 1} (loss={loss_value}, "
                                 f"grad_norm={norm_value}, lr={lr:.3g})")
@@ -242,19 +261,19 @@ class Trainer:
         t1 = time.perf_counter()
         self.timings["eval_s"] += t1 - t0
         if not math.isfinite(val_loss):
-            self.state = "DIVERGED"
+            self.state = TrialState.DIVERGED
             self.fail_reason = f"non-finite val_loss ({val_loss}) after step {self.step}"
             return False
         spent = self.timings["compute_s"] + self.timings["data_s"]
         window_tokens = self.tokens_seen - self._window[0]
         window_s = spent - self._window[1]
-        metrics = {"val_loss": val_loss,
-                   "train_loss": self._loss_sum / max(self._loss_n, 1),
-                   "tokens_per_s": window_tokens / window_s if window_s > 0 else math.nan,
-                   "lr": self._last_lr}
+        metrics = {METRIC_VAL_LOSS: val_loss,
+                   METRIC_TRAIN_LOSS: self._loss_sum / max(self._loss_n, 1),
+                   METRIC_TOKENS_PER_S: window_tokens / window_s if window_s > 0 else math.nan,
+                   METRIC_LR: self._last_lr}
         if self.corpus.byte_level:
-            metrics["val_bpb"] = val_loss / math.log(2)
-        self.history.append({"tokens": self.tokens_seen, **metrics})
+            metrics[METRIC_VAL_BPB] = val_loss / math.log(2)
+        self.history.append({METRIC_TOKENS: self.tokens_seen, **metrics})
         if scheduled:
             self._loss_sum, self._loss_n = 0.0, 0
             self._window = [self.tokens_seen, spent]
@@ -263,7 +282,7 @@ class Trainer:
         stop = reporter.should_stop()
         self.timings["report_s"] += time.perf_counter() - t1
         if stop:
-            self.state = "PRUNED"
+            self.state = TrialState.PRUNED
         return not stop
 
     def train(self, reporter: Reporter | None = None, until_tokens: int | None = None
@@ -278,7 +297,7 @@ class Trainer:
             The result so far; ``state`` is ``RUNNING`` if only a chunk was trained.
         """
         reporter = reporter or NullReporter()
-        if self.state != "RUNNING":
+        if self.state != TrialState.RUNNING:
             return self.result()
         start = time.perf_counter()
         devices = [self.device] if self.device.type == "cuda" else []
@@ -288,12 +307,12 @@ class Trainer:
                 torch.cuda.set_rng_state(self._rng_cuda, self.device)
             self.model.train()
             every, step_s = self.budget.eval_every, 0.0
-            while self.state == "RUNNING":
+            while self.state == TrialState.RUNNING:
                 if self._budget_done():
                     if self._last_eval_tokens != self.tokens_seen or not self.history:
                         self._eval_and_report(reporter)
-                    if self.state == "RUNNING":
-                        self.state = "COMPLETE"
+                    if self.state == TrialState.RUNNING:
+                        self.state = TrialState.COMPLETE
                     break
                 if until_tokens is not None and self.tokens_seen >= until_tokens:
                     if self._last_eval_tokens != self.tokens_seen:
@@ -309,19 +328,19 @@ class Trainer:
             self._rng_cpu = torch.get_rng_state()
             if self._rng_cuda is not None:
                 self._rng_cuda = torch.cuda.get_rng_state(self.device)
-        self.timings["wall_s"] += time.perf_counter() - start
+        self.timings[METRIC_WALL_S] += time.perf_counter() - start
         return self.result()
 
     def result(self) -> TrialResult:
         """The `TrialResult` of the training so far."""
-        losses = [h["val_loss"] for h in self.history]
+        losses = [h[METRIC_VAL_LOSS] for h in self.history]
         train_s = self.timings["compute_s"] + self.timings["data_s"]
         flops = self.flops_per_token * self.tokens_seen
         mfu = flops / (train_s * self.peak_flops) if self.peak_flops and train_s > 0 else None
         return TrialResult(
             state=self.state, best_val_loss=min(losses, default=math.nan),
             final_val_loss=losses[-1] if losses else math.nan, tokens=self.tokens_seen,
-            steps=self.step, wall_s=self.timings["wall_s"], train_flops=flops, mfu=mfu,
+            steps=self.step, wall_s=self.timings[METRIC_WALL_S], train_flops=flops, mfu=mfu,
             n_params=self.n_params, baseline_unigram_loss=self.corpus.baseline_unigram_loss,
             entropy_rate=self.corpus.entropy_rate, fail_reason=self.fail_reason,
             history=[dict(h) for h in self.history])
@@ -333,7 +352,7 @@ class Trainer:
         Raises:
             RuntimeError: If the trial diverged or failed (no checkpoint of it is written).
         """
-        if self.state in ("DIVERGED", "FAILED"):
+        if self.state in (TrialState.DIVERGED, TrialState.FAILED):
             raise RuntimeError(f"trial is {self.state} ({self.fail_reason}); not checkpointed")
         return write_checkpoint(path, {
             "model_config": self.model_config.to_dict(),
@@ -345,7 +364,7 @@ class Trainer:
             "counters": {"step": self.step, "tokens_seen": self.tokens_seen,
                          "loss_sum": self._loss_sum, "loss_n": self._loss_n,
                          "last_eval_tokens": self._last_eval_tokens,
-                         "window": list(self._window), "state": self.state},
+                         "window": list(self._window), "state": self.state.value},
             "timings": dict(self.timings),
             "rng": {"cpu": self._rng_cpu, "cuda": self._rng_cuda},
             "data": {"seed": self._data_seed, "next_batch": self.step * self.budget.grad_accum},
@@ -360,11 +379,11 @@ class Trainer:
         checkpointed trainer would have.
 
         Raises:
-            sweep.checkpoint.CheckpointError: Unreadable file, or a model of another shape.
+            sweep.train.checkpoint.CheckpointError: Unreadable file, or a model of another shape.
         """
         ckpt = read_checkpoint(path)
-        mine = {k: v for k, v in self.model_config.to_dict().items() if k not in _MUTABLE}
-        theirs = {k: v for k, v in ckpt["model_config"].items() if k not in _MUTABLE}
+        mine = {k: v for k, v in self.model_config.to_dict().items() if k not in _LIVE_MODEL_FIELDS}
+        theirs = {k: v for k, v in ckpt["model_config"].items() if k not in _LIVE_MODEL_FIELDS}
         if mine != theirs:
             diff = sorted(k for k in mine if mine[k] != theirs.get(k))
             raise CheckpointError(f"checkpoint {str(path)!r} is of another model shape "
@@ -373,7 +392,8 @@ class Trainer:
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.set_hparams(**ckpt["hparams"])
         c = ckpt["counters"]
-        self.step, self.tokens_seen, self.state = c["step"], c["tokens_seen"], c["state"]
+        self.step, self.tokens_seen = c["step"], c["tokens_seen"]
+        self.state = TrialState(c["state"])
         self._loss_sum, self._loss_n = c["loss_sum"], c["loss_n"]
         self._last_eval_tokens, self._window = c["last_eval_tokens"], list(c["window"])
         self.timings = dict(ckpt["timings"])

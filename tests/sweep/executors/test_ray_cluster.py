@@ -97,13 +97,19 @@ def sweep_cli(args, env):
                           capture_output=True, text=True, timeout=300)
 
 
+def run_on_head(head_node, tmp_path, **env):
+    """``sweep run`` of the two-trial spec on the head node; (result, output folder)."""
+    address, head_env = head_node
+    out = tmp_path / "out"
+    result = sweep_cli(["run", str(spec_file(tmp_path)), "--out", str(out), "--address",
+                        address, "--quiet"], {**head_env, **env})
+    return result, out
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_study_runs_on_the_cluster_at_address(head_node, tmp_path):
-    address, env = head_node
-    out = tmp_path / "out"
-    result = sweep_cli(["run", str(spec_file(tmp_path)), "--out", str(out), "--address",
-                        address, "--quiet"], env)
+    result, out = run_on_head(head_node, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     frame = load_results(out)
     assert sorted(frame["trial"]) == [0, 1]
@@ -115,10 +121,8 @@ def test_study_runs_on_the_cluster_at_address(head_node, tmp_path):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_cluster_that_refuses_the_token_exits_2_and_writes_nothing(head_node, tmp_path):
-    address, env = head_node
-    out = tmp_path / "out"
-    result = sweep_cli(["run", str(spec_file(tmp_path)), "--out", str(out), "--address",
-                        address], {**env, "RAY_AUTH_TOKEN": "not-the-clusters-token"})
+    address = head_node[0]
+    result, out = run_on_head(head_node, tmp_path, RAY_AUTH_TOKEN="not-the-clusters-token")
     assert result.returncode == 2, result.stdout + result.stderr
     text = " ".join(result.stderr.split())
     assert f"--address {address}: Ray could not connect" in text

@@ -12,7 +12,7 @@ from sweep import space
 from sweep.cli import app
 from sweep.spec import load_spec
 
-STUDIES = sorted((Path(__file__).resolve().parents[2] / "studies").glob("*.yaml"))
+STUDIES = sorted((Path(__file__).resolve().parents[3] / "studies").glob("*.yaml"))
 runner = CliRunner()
 
 
@@ -81,7 +81,7 @@ def test_validate_cli_rejects_a_space_with_no_feasible_config(tmp_path):
     assert "none of 10 sampled configs" in result.output
 
 
-CLUSTER_SPECS = sorted((Path(__file__).resolve().parents[2] / "docker").glob("*.yaml"))
+CLUSTER_SPECS = sorted((Path(__file__).resolve().parents[3] / "docker").glob("*.yaml"))
 CLUSTER_SPECS = [p for p in CLUSTER_SPECS if "compose" not in p.name]
 
 
@@ -94,7 +94,7 @@ def test_cluster_specs_in_docker_validate(path):
 
 
 def test_compose_cluster_shares_one_ray_token_and_binds_loopback():
-    compose = yaml.safe_load((Path(__file__).resolve().parents[2] / "docker"
+    compose = yaml.safe_load((Path(__file__).resolve().parents[3] / "docker"
                               / "docker-compose.yml").read_text())
     services = compose["services"]
     ray_side = ["ray-head", "ray-worker", "sweep"]

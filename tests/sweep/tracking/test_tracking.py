@@ -18,42 +18,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH
 
-from sweep import tracking
-from sweep.schema import (
-    BEST_CONFIG_ARTIFACT,
-    COST_METRICS,
-    FAIL_REASON_ARTIFACT,
-    KIND_STUDY,
-    METRIC_BASELINE,
-    METRIC_BEST_VAL_LOSS,
-    METRIC_FINAL_VAL_LOSS,
-    METRIC_TOKENS,
-    METRIC_TOKENS_PER_S,
-    METRIC_TRAIN_FLOPS,
-    METRIC_TRAIN_LOSS,
-    METRIC_VAL_LOSS,
-    METRIC_WALL_S,
-    SPEC_ARTIFACT,
-    TAG_ALGORITHM,
-    TAG_BEST_RUN_ID,
-    TAG_BEST_TRIAL,
-    TAG_EXECUTOR,
-    TAG_FAIL_REASON,
-    TAG_KIND,
-    TAG_SPEC_HASH,
-    TAG_STATE,
-    TAG_TRIAL_NUMBER,
-    TAG_TRUNCATED,
-    TRIALS_ARTIFACT,
-    TrialState,
-    count_metric,
-    decode_param,
-    encode_param,
-    flatten_params,
-    mutation_key,
-    run_name,
-    unflatten_params,
-)
+from sweep import schema, tracking
 from sweep.study.summary import finish_study
 from sweep.tracking import (
     ResumeError,
@@ -81,16 +46,16 @@ def config(d_model, lr):
 
 
 # One made-up value per cost metric, all distinct, so a metric logged under another name shows.
-COSTS = {name: 1000.0 * (i + 1) for i, name in enumerate(COST_METRICS)}
+COSTS = {name: 1000.0 * (i + 1) for i, name in enumerate(schema.COST_METRICS)}
 TOKENS = [1000, 2000, 3000]
 # trial number -> (d_model, lr, val losses at TOKENS, end); the made-up outcome of each trial
 TRIALS = {
-    0: (64, 1e-3, [3.0, 2.5, 2.6], TrialState.COMPLETE),
-    1: (128, 2e-3, [2.8, 2.2, 2.1], TrialState.COMPLETE),
-    2: (128, 1e-2, [3.1, math.nan], TrialState.DIVERGED),
-    3: (64, 1e-4, [3.5], TrialState.PRUNED),
-    4: (64, 5e-3, [2.9], TrialState.FAILED),
-    5: (128, 5e-3, [], TrialState.INFEASIBLE),
+    0: (64, 1e-3, [3.0, 2.5, 2.6], schema.TrialState.COMPLETE),
+    1: (128, 2e-3, [2.8, 2.2, 2.1], schema.TrialState.COMPLETE),
+    2: (128, 1e-2, [3.1, math.nan], schema.TrialState.DIVERGED),
+    3: (64, 1e-4, [3.5], schema.TrialState.PRUNED),
+    4: (64, 5e-3, [2.9], schema.TrialState.FAILED),
+    5: (128, 5e-3, [], schema.TrialState.INFEASIBLE),
 }
 
 
@@ -101,34 +66,35 @@ def log_fake_trial(ctx, number):
     with run:
         run.log_costs(COSTS)
         for tokens, loss in zip(TOKENS, losses, strict=False):
-            run.report(tokens, {METRIC_VAL_LOSS: loss, METRIC_TRAIN_LOSS: loss + 0.1,
-                                METRIC_TOKENS_PER_S: 5e3})
-        if end is TrialState.FAILED:
+            run.report(tokens, {schema.METRIC_VAL_LOSS: loss, schema.METRIC_TRAIN_LOSS: loss + 0.1,
+                                schema.METRIC_TOKENS_PER_S: 5e3})
+        if end is schema.TrialState.FAILED:
             raise RuntimeError("out of memory in trial 4")
-        if end is TrialState.INFEASIBLE:
-            run.end(TrialState.INFEASIBLE, fail_reason="n_params 2e9 > max_params 1e9")
-        elif end is TrialState.DIVERGED:
+        if end is schema.TrialState.INFEASIBLE:
+            run.end(schema.TrialState.INFEASIBLE, fail_reason="n_params 2e9 > max_params 1e9")
+        elif end is schema.TrialState.DIVERGED:
             run.log_result(
                 {
-                    "state": TrialState.DIVERGED,
-                    METRIC_BEST_VAL_LOSS: 3.1,
-                    METRIC_FINAL_VAL_LOSS: math.nan,
-                    METRIC_TOKENS: 2000,
+                    "state": schema.TrialState.DIVERGED,
+                    schema.METRIC_BEST_VAL_LOSS: 3.1,
+                    schema.METRIC_FINAL_VAL_LOSS: math.nan,
+                    schema.METRIC_TOKENS: 2000,
                     "fail_reason": "non-finite loss at 2000 tokens",
                 }
             )
-        elif end is TrialState.PRUNED:
-            run.end(TrialState.PRUNED)  # what the executors do when their pruner stops a trial
+        elif end is schema.TrialState.PRUNED:
+            # what the executors do when their pruner stops a trial
+            run.end(schema.TrialState.PRUNED)
         else:
             run.log_result(
                 {
-                    "state": TrialState.COMPLETE,
-                    METRIC_BEST_VAL_LOSS: min(losses),
-                    METRIC_FINAL_VAL_LOSS: losses[-1],
-                    METRIC_TOKENS: 3000,
+                    "state": schema.TrialState.COMPLETE,
+                    schema.METRIC_BEST_VAL_LOSS: min(losses),
+                    schema.METRIC_FINAL_VAL_LOSS: losses[-1],
+                    schema.METRIC_TOKENS: 3000,
                     "steps": 30,
-                    METRIC_WALL_S: 1.5,
-                    METRIC_TRAIN_FLOPS: 6000.0 * 3000,
+                    schema.METRIC_WALL_S: 1.5,
+                    schema.METRIC_TRAIN_FLOPS: 6000.0 * 3000,
                     "mfu": None,
                 }
             )
@@ -140,7 +106,7 @@ def log_fake_trials(ctx, numbers):
         try:
             log_fake_trial(ctx, n)
         except RuntimeError:
-            assert TRIALS[n][3] is TrialState.FAILED
+            assert TRIALS[n][3] is schema.TrialState.FAILED
 
 
 def artifact_root(client, run_id):
@@ -164,7 +130,7 @@ def fake(tmp_path_factory):
     summary = finish_study(tracker)
     client = MlflowClient(uri)
     children = {
-        int(r.data.tags[TAG_TRIAL_NUMBER]): r
+        int(r.data.tags[schema.TAG_TRIAL_NUMBER]): r
         for r in children_of(client, tracker.experiment_id, tracker.parent_run_id)
     }
     return {
@@ -210,35 +176,36 @@ def test_parent_run_has_tags_metrics_and_artifacts(fake):
     client = fake["client"]
     parent = client.get_run(fake["parent_run_id"])
     tags, metrics = parent.data.tags, parent.data.metrics
-    assert tags[TAG_KIND] == KIND_STUDY
-    assert tags[TAG_EXECUTOR] == "optuna"
-    assert tags[TAG_ALGORITHM] == "tpe/hyperband"
-    assert len(tags[TAG_SPEC_HASH]) == 16
-    assert tags[TAG_STATE] == TrialState.COMPLETE
+    assert tags[schema.TAG_KIND] == schema.KIND_STUDY
+    assert tags[schema.TAG_EXECUTOR] == "optuna"
+    assert tags[schema.TAG_ALGORITHM] == "tpe/hyperband"
+    assert len(tags[schema.TAG_SPEC_HASH]) == 16
+    assert tags[schema.TAG_STATE] == schema.TrialState.COMPLETE
     assert parent.info.status == "FINISHED"
-    assert metrics[METRIC_BASELINE] == 5.5
-    assert metrics[METRIC_BEST_VAL_LOSS] == 2.1
-    expected = {TrialState.COMPLETE: 2, TrialState.PRUNED: 1, TrialState.FAILED: 1,
-                TrialState.INFEASIBLE: 1, TrialState.DIVERGED: 1, TrialState.RUNNING: 0}
-    assert {s: metrics[count_metric(s)] for s in TrialState} == expected
-    assert tags[TAG_BEST_TRIAL] == "1"
-    assert tags[TAG_BEST_RUN_ID] == fake["children"][1].info.run_id
+    assert metrics[schema.METRIC_BASELINE] == 5.5
+    assert metrics[schema.METRIC_BEST_VAL_LOSS] == 2.1
+    state = schema.TrialState
+    expected = {state.COMPLETE: 2, state.PRUNED: 1, state.FAILED: 1, state.INFEASIBLE: 1,
+                state.DIVERGED: 1, state.RUNNING: 0}
+    assert {s: metrics[schema.count_metric(s)] for s in schema.TrialState} == expected
+    assert tags[schema.TAG_BEST_TRIAL] == "1"
+    assert tags[schema.TAG_BEST_RUN_ID] == fake["children"][1].info.run_id
     assert fake["summary"]["best_trial"] == 1
     assert fake["summary"]["best_run_id"] == fake["children"][1].info.run_id
-    assert fake["summary"][METRIC_BEST_VAL_LOSS] == 2.1
-    assert fake["summary"]["state"] is TrialState.COMPLETE
+    assert fake["summary"][schema.METRIC_BEST_VAL_LOSS] == 2.1
+    assert fake["summary"]["state"] is schema.TrialState.COMPLETE
     assert fake["summary"]["counts"] == {s.value: n for s, n in expected.items()}
 
     root = artifact_root(client, fake["parent_run_id"])
-    assert yaml.safe_load((root / SPEC_ARTIFACT).read_text()) == SPEC
-    best = yaml.safe_load((root / BEST_CONFIG_ARTIFACT).read_text())
+    assert yaml.safe_load((root / schema.SPEC_ARTIFACT).read_text()) == SPEC
+    best = yaml.safe_load((root / schema.BEST_CONFIG_ARTIFACT).read_text())
     assert best["model"]["d_model"] == 128
     assert best["train"]["lr"] == 2e-3
     assert best["train"]["betas"] == [0.9, 0.95]
-    csv_lines = (root / TRIALS_ARTIFACT).read_text().splitlines()
+    csv_lines = (root / schema.TRIALS_ARTIFACT).read_text().splitlines()
     assert len(csv_lines) == 1 + len(TRIALS)
-    assert csv_lines[0].startswith(f"trial,state,{METRIC_BEST_VAL_LOSS},")
-    assert csv_lines[1].startswith(f"1,{TrialState.COMPLETE.value},2.1,")
+    assert csv_lines[0].startswith(f"trial,state,{schema.METRIC_BEST_VAL_LOSS},")
+    assert csv_lines[1].startswith(f"1,{schema.TrialState.COMPLETE.value},2.1,")
     plots = {p.name for p in (root / "plots").iterdir()}
     assert {"val_loss_curves.png", "optimization_history.png", "parallel_coordinate.png"} <= plots
     assert "param_importances.png" in plots
@@ -250,9 +217,9 @@ def test_one_child_run_per_trial_with_params_metrics_and_tags(fake):
     assert sorted(children) == sorted(TRIALS)
     for n, run in children.items():
         d_model, lr, losses, end = TRIALS[n]
-        assert run.info.run_name == run_name(n) == f"trial-{n}"
+        assert run.info.run_name == schema.run_name(n) == f"trial-{n}"
         assert run.data.tags[MLFLOW_PARENT_RUN_ID] == parent_id
-        assert run.data.tags[TAG_STATE] == end.value
+        assert run.data.tags[schema.TAG_STATE] == end.value
         params = run.data.params
         assert params["model.d_model"] == str(d_model)
         assert float(params["train.lr"]) == lr
@@ -278,12 +245,12 @@ def test_read_trials_gives_states_params_and_metrics_back(fake):
         d_model, lr, losses, end = TRIALS[t["trial"]]
         assert t["state"] is end
         assert t["run_id"] == fake["children"][t["trial"]].info.run_id
-        assert t["run_name"] == run_name(t["trial"])
+        assert t["run_name"] == schema.run_name(t["trial"])
         assert t["params"]["model.d_model"] == d_model and t["params"]["train.lr"] == lr
         assert t["params"]["model.d_ff"] is None and t["params"]["train.betas"] == [0.9, 0.95]
         assert t["end_time"] >= t["start_time"] > 0
     by_number = {t["trial"]: t for t in trials}
-    assert by_number[1]["metrics"][METRIC_VAL_LOSS] == 2.1  # the last value
+    assert by_number[1]["metrics"][schema.METRIC_VAL_LOSS] == 2.1  # the last value
     assert by_number[4]["fail_reason"] == "RuntimeError: out of memory in trial 4"
     assert by_number[0]["fail_reason"] is None
     assert tracking.find_study(fake["uri"], "fake") == (fake["experiment_id"],
@@ -294,13 +261,13 @@ def test_read_trials_gives_states_params_and_metrics_back(fake):
 
 def test_val_loss_history_has_tokens_as_steps(fake):
     client, run = fake["client"], fake["children"][1]
-    history = client.get_metric_history(run.info.run_id, METRIC_VAL_LOSS)
+    history = client.get_metric_history(run.info.run_id, schema.METRIC_VAL_LOSS)
     assert [(m.step, m.value) for m in history] == list(zip(TOKENS, [2.8, 2.2, 2.1], strict=True))
-    train = client.get_metric_history(run.info.run_id, METRIC_TRAIN_LOSS)
+    train = client.get_metric_history(run.info.run_id, schema.METRIC_TRAIN_LOSS)
     assert [m.step for m in train] == TOKENS
-    assert run.data.metrics[METRIC_BEST_VAL_LOSS] == 2.1
-    assert run.data.metrics[METRIC_TOKENS] == 3000
-    assert run.data.metrics[METRIC_TOKENS_PER_S] == 5e3
+    assert run.data.metrics[schema.METRIC_BEST_VAL_LOSS] == 2.1
+    assert run.data.metrics[schema.METRIC_TOKENS] == 3000
+    assert run.data.metrics[schema.METRIC_TOKENS_PER_S] == 5e3
     assert "mfu" not in run.data.metrics  # None is not logged
     histories = tracking.val_loss_histories(fake["uri"], [run.info.run_id])
     assert histories == {run.info.run_id: list(zip(TOKENS, [2.8, 2.2, 2.1], strict=True))}
@@ -309,30 +276,30 @@ def test_val_loss_history_has_tokens_as_steps(fake):
 def test_diverged_trial_logs_no_nan_and_never_ranks_first(fake):
     client, children = fake["client"], fake["children"]
     diverged = children[2]
-    history = client.get_metric_history(diverged.info.run_id, METRIC_VAL_LOSS)
+    history = client.get_metric_history(diverged.info.run_id, schema.METRIC_VAL_LOSS)
     assert [(m.step, m.value) for m in history] == [(1000, 3.1)]
-    assert METRIC_BEST_VAL_LOSS not in diverged.data.metrics
-    assert METRIC_FINAL_VAL_LOSS not in diverged.data.metrics
-    assert diverged.data.tags[TAG_FAIL_REASON] == "non-finite loss at 2000 tokens"
+    assert schema.METRIC_BEST_VAL_LOSS not in diverged.data.metrics
+    assert schema.METRIC_FINAL_VAL_LOSS not in diverged.data.metrics
+    assert diverged.data.tags[schema.TAG_FAIL_REASON] == "non-finite loss at 2000 tokens"
     ranked = children_of(client, fake["experiment_id"], fake["parent_run_id"],
-                         order_by=[f"metrics.{METRIC_BEST_VAL_LOSS} ASC"])
-    order = [int(r.data.tags[TAG_TRIAL_NUMBER]) for r in ranked]
+                         order_by=[f"metrics.{schema.METRIC_BEST_VAL_LOSS} ASC"])
+    order = [int(r.data.tags[schema.TAG_TRIAL_NUMBER]) for r in ranked]
     assert order[:3] == [1, 0, 3]
     assert all(math.isfinite(v) for r in ranked for v in r.data.metrics.values())
 
 
 def test_raising_trial_ends_failed_and_next_trial_gets_a_fresh_run(fake):
     failed, pruned = fake["children"][4], fake["children"][3]
-    assert failed.data.tags[TAG_FAIL_REASON] == "RuntimeError: out of memory in trial 4"
-    assert METRIC_BEST_VAL_LOSS not in failed.data.metrics
+    assert failed.data.tags[schema.TAG_FAIL_REASON] == "RuntimeError: out of memory in trial 4"
+    assert schema.METRIC_BEST_VAL_LOSS not in failed.data.metrics
     root = artifact_root(fake["client"], failed.info.run_id)
-    assert "Traceback" in (root / FAIL_REASON_ARTIFACT).read_text()
+    assert "Traceback" in (root / schema.FAIL_REASON_ARTIFACT).read_text()
     assert pruned.info.run_id != failed.info.run_id
-    assert pruned.data.metrics[METRIC_BEST_VAL_LOSS] == 3.5  # a pruned trial keeps its best
-    assert TAG_FAIL_REASON not in pruned.data.tags
+    assert pruned.data.metrics[schema.METRIC_BEST_VAL_LOSS] == 3.5  # a pruned trial keeps its best
+    assert schema.TAG_FAIL_REASON not in pruned.data.tags
     infeasible = fake["children"][5]
-    assert infeasible.data.tags[TAG_FAIL_REASON] == "n_params 2e9 > max_params 1e9"
-    assert METRIC_VAL_LOSS not in infeasible.data.metrics
+    assert infeasible.data.tags[schema.TAG_FAIL_REASON] == "n_params 2e9 > max_params 1e9"
+    assert schema.METRIC_VAL_LOSS not in infeasible.data.metrics
 
 
 # ----------------------------------------------------------- trial runs, each in its own store
@@ -341,35 +308,35 @@ def test_an_exception_inside_a_run_is_failed_even_optunas_pruned(tracker, client
     # that escapes is a bug of the trial's and ends it FAILED.
     with pytest.raises(optuna.TrialPruned):
         with tracker.start_trial(0, config(64, 1e-3)) as run:
-            run.report(1000, {METRIC_VAL_LOSS: 3.0})
+            run.report(1000, {schema.METRIC_VAL_LOSS: 3.0})
             raise optuna.TrialPruned("pruned at 1000")
     logged = client.get_run(run.run_id)
-    assert logged.data.tags[TAG_STATE] == TrialState.FAILED
-    assert logged.data.tags[TAG_FAIL_REASON] == "TrialPruned: pruned at 1000"
+    assert logged.data.tags[schema.TAG_STATE] == schema.TrialState.FAILED
+    assert logged.data.tags[schema.TAG_FAIL_REASON] == "TrialPruned: pruned at 1000"
     assert logged.info.status == "FAILED"
-    assert METRIC_BEST_VAL_LOSS not in logged.data.metrics
+    assert schema.METRIC_BEST_VAL_LOSS not in logged.data.metrics
 
 
 def test_end_refuses_an_unknown_or_running_state(tracker, client):
     with tracker.start_trial(0) as run:
-        for state in ("DONE", TrialState.RUNNING):
+        for state in ("DONE", schema.TrialState.RUNNING):
             with pytest.raises(ValueError, match="is not one of"):
                 run.end(state)
-    assert client.get_run(run.run_id).data.tags[TAG_STATE] == TrialState.COMPLETE
+    assert client.get_run(run.run_id).data.tags[schema.TAG_STATE] == schema.TrialState.COMPLETE
 
 
 def test_long_param_goes_to_an_artifact_and_the_rest_is_logged(tracker, client):
     long_value = "x" * (MAX_PARAM_VAL_LENGTH + 1000)
     with tracker.start_trial(100, {"model": {"d_model": 64}, "train": {"note": long_value}}) as run:
-        run.report(10, {METRIC_VAL_LOSS: 1.0})
+        run.report(10, {schema.METRIC_VAL_LOSS: 1.0})
     logged = client.get_run(run.run_id)
     param = logged.data.params["train.note"]
     assert len(param) <= MAX_PARAM_VAL_LENGTH
     assert param.startswith("x" * 100)
     assert "params/train.note.txt" in param
-    assert logged.data.tags[TAG_TRUNCATED] == "train.note"
+    assert logged.data.tags[schema.TAG_TRUNCATED] == "train.note"
     assert logged.data.params["model.d_model"] == "64"
-    assert logged.data.metrics[METRIC_BEST_VAL_LOSS] == 1.0
+    assert logged.data.metrics[schema.METRIC_BEST_VAL_LOSS] == 1.0
     root = artifact_root(client, run.run_id)
     assert (root / "params" / "train.note.txt").read_text() == long_value
 
@@ -377,25 +344,26 @@ def test_long_param_goes_to_an_artifact_and_the_rest_is_logged(tracker, client):
 def test_param_the_store_rejects_fails_the_run_with_the_reason(tracker, client):
     with pytest.raises(MlflowException):
         tracker.context.start_trial(104, {"model": {"d_model!": 64}})
-    (run,) = client.search_runs([tracker.experiment_id], f"tags.`{TAG_TRIAL_NUMBER}` = '104'")
+    (run,) = client.search_runs([tracker.experiment_id],
+                                f"tags.`{schema.TAG_TRIAL_NUMBER}` = '104'")
     assert run.info.status == "FAILED"
-    assert run.data.tags[TAG_STATE] == TrialState.FAILED
-    assert run.data.tags[TAG_FAIL_REASON].startswith("logging params: MlflowException")
+    assert run.data.tags[schema.TAG_STATE] == schema.TrialState.FAILED
+    assert run.data.tags[schema.TAG_FAIL_REASON].startswith("logging params: MlflowException")
 
 
 def test_long_fail_reason_is_truncated_in_the_tag_and_kept_whole(tracker, client):
     reason = "diverged: " + "y" * MAX_TAG_VAL_LENGTH
     with tracker.start_trial(101, {"model": {"d_model": 64}}) as run:
-        run.end(TrialState.DIVERGED, fail_reason=reason)
+        run.end(schema.TrialState.DIVERGED, fail_reason=reason)
     logged = client.get_run(run.run_id)
-    assert logged.data.tags[TAG_FAIL_REASON] == reason[:MAX_TAG_VAL_LENGTH]
+    assert logged.data.tags[schema.TAG_FAIL_REASON] == reason[:MAX_TAG_VAL_LENGTH]
     root = artifact_root(client, run.run_id)
-    assert (root / FAIL_REASON_ARTIFACT).read_text() == reason
+    assert (root / schema.FAIL_REASON_ARTIFACT).read_text() == reason
 
 
 def test_pbt_mutation_is_a_metric_and_the_param_keeps_its_first_value(tracker, client):
     with tracker.start_trial(102, {"train": {"lr": 1e-3, "dropout": 0.0}}) as run:
-        run.report(1000, {METRIC_VAL_LOSS: 3.0})
+        run.report(1000, {schema.METRIC_VAL_LOSS: 3.0})
         run.log_mutation(1000, {"train": {"lr": 5e-4}})
         run.log_mutation(2000, {"train.lr": 2.5e-4, "model.attn_pattern": "local"})
         with pytest.raises(ValueError, match="train.lr"):
@@ -404,33 +372,33 @@ def test_pbt_mutation_is_a_metric_and_the_param_keeps_its_first_value(tracker, c
     logged = client.get_run(run.run_id)
     assert logged.data.params["train.lr"] == "0.001"
     assert logged.data.params["train.weight_decay"] == "0.1"
-    history = client.get_metric_history(run.run_id, mutation_key("train.lr"))
+    history = client.get_metric_history(run.run_id, schema.mutation_key("train.lr"))
     assert sorted((m.step, m.value) for m in history) == [(1000, 5e-4), (2000, 2.5e-4)]
-    assert logged.data.tags[mutation_key("train.lr")] == "0.00025"
-    assert logged.data.tags[mutation_key("model.attn_pattern")] == "local"
-    assert mutation_key("model.attn_pattern") not in logged.data.metrics  # not a number
-    assert logged.data.tags[TAG_STATE] == TrialState.COMPLETE
+    assert logged.data.tags[schema.mutation_key("train.lr")] == "0.00025"
+    assert logged.data.tags[schema.mutation_key("model.attn_pattern")] == "local"
+    assert schema.mutation_key("model.attn_pattern") not in logged.data.metrics  # not a number
+    assert logged.data.tags[schema.TAG_STATE] == schema.TrialState.COMPLETE
 
 
 def test_attach_continues_a_trial_from_another_worker(tracker, client):
     with tracker.start_trial(103, config(64, 1e-3)) as first:
-        first.report(1000, {METRIC_VAL_LOSS: 2.0})
-        first.log_result({"state": TrialState.RUNNING,
-                          "history": [{METRIC_TOKENS: 1000, METRIC_VAL_LOSS: 2.0}]})
+        first.report(1000, {schema.METRIC_VAL_LOSS: 2.0})
+        first.log_result({"state": schema.TrialState.RUNNING,
+                          "history": [{schema.METRIC_TOKENS: 1000, schema.METRIC_VAL_LOSS: 2.0}]})
         run_id = first.run_id
         first.detach()
     assert client.get_run(run_id).info.status == "RUNNING"
-    assert client.get_run(run_id).data.tags[TAG_STATE] == TrialState.RUNNING
+    assert client.get_run(run_id).data.tags[schema.TAG_STATE] == schema.TrialState.RUNNING
     ctx = TrialContext(tracker.context.tracking_uri, tracker.experiment_id, tracker.parent_run_id)
     with ctx.attach_trial(run_id) as again:
         assert (again.number, again.last_step, again.best_val_loss) == (103, 1000, 2.0)
-        history = [{METRIC_TOKENS: 1000, METRIC_VAL_LOSS: 2.0},
-                   {METRIC_TOKENS: 2000, METRIC_VAL_LOSS: 1.5}]
-        again.log_result({"state": TrialState.COMPLETE, METRIC_BEST_VAL_LOSS: 1.5,
+        history = [{schema.METRIC_TOKENS: 1000, schema.METRIC_VAL_LOSS: 2.0},
+                   {schema.METRIC_TOKENS: 2000, schema.METRIC_VAL_LOSS: 1.5}]
+        again.log_result({"state": schema.TrialState.COMPLETE, schema.METRIC_BEST_VAL_LOSS: 1.5,
                           "history": history})
-    history = client.get_metric_history(run_id, METRIC_VAL_LOSS)
+    history = client.get_metric_history(run_id, schema.METRIC_VAL_LOSS)
     assert sorted((m.step, m.value) for m in history) == [(1000, 2.0), (2000, 1.5)]
-    assert client.get_run(run_id).data.metrics[METRIC_BEST_VAL_LOSS] == 1.5
+    assert client.get_run(run_id).data.metrics[schema.METRIC_BEST_VAL_LOSS] == 1.5
     assert tracking.find_trial_run(ctx, 103) == run_id
     assert tracking.find_trial_run(ctx, 104) is None
 
@@ -442,7 +410,7 @@ def test_threads_log_to_their_own_runs(tracker, client):
     def work(n):
         with ctx.start_trial(n, {"model": {"d_model": n}}) as run:
             for step in range(1, 11):
-                run.report(step * 100, {METRIC_VAL_LOSS: n + 1.0 / step})
+                run.report(step * 100, {schema.METRIC_VAL_LOSS: n + 1.0 / step})
             run_ids[n] = run.run_id
 
     threads = [threading.Thread(target=work, args=(n,)) for n in range(200, 204)]
@@ -454,8 +422,8 @@ def test_threads_log_to_their_own_runs(tracker, client):
     for n, run_id in run_ids.items():
         run = client.get_run(run_id)
         assert run.data.params == {"model.d_model": str(n)}
-        assert run.data.metrics[METRIC_BEST_VAL_LOSS] == pytest.approx(n + 0.1)
-        assert len(client.get_metric_history(run_id, METRIC_VAL_LOSS)) == 10
+        assert run.data.metrics[schema.METRIC_BEST_VAL_LOSS] == pytest.approx(n + 0.1)
+        assert len(client.get_metric_history(run_id, schema.METRIC_VAL_LOSS)) == 10
 
 
 # -------------------------------------------------------------- whole studies, each in its own
@@ -463,11 +431,11 @@ def test_finish_alone_summarises_but_draws_no_table_or_plots(uri, client):
     tracker = StudyTracker.start(uri, "bare", SPEC, executor="optuna", algorithm="tpe")
     log_fake_trials(tracker.context, (0, 3))
     summary = tracker.finish()  # reads the trials itself; finish_study draws the table/plots
-    assert summary["state"] is TrialState.COMPLETE and summary["best_trial"] == 0
-    assert summary[METRIC_BEST_VAL_LOSS] == 2.5
+    assert summary["state"] is schema.TrialState.COMPLETE and summary["best_trial"] == 0
+    assert summary[schema.METRIC_BEST_VAL_LOSS] == 2.5
     logged = {a.path for a in client.list_artifacts(tracker.parent_run_id)}
-    assert logged == {SPEC_ARTIFACT, BEST_CONFIG_ARTIFACT}
-    assert client.get_run(tracker.parent_run_id).data.metrics[count_metric("PRUNED")] == 1
+    assert logged == {schema.SPEC_ARTIFACT, schema.BEST_CONFIG_ARTIFACT}
+    assert client.get_run(tracker.parent_run_id).data.metrics[schema.count_metric("PRUNED")] == 1
 
 
 def test_finish_summarises_the_trials_it_is_given(uri, client):
@@ -475,9 +443,9 @@ def test_finish_summarises_the_trials_it_is_given(uri, client):
     log_fake_trials(tracker.context, (0, 1))
     trials = tracking.read_trials(uri, tracker.experiment_id, tracker.parent_run_id)
     summary = tracker.finish([t for t in trials if t["trial"] == 0], trials_csv="trial\n0\n")
-    assert summary["best_trial"] == 0 and summary["counts"][TrialState.COMPLETE] == 1
+    assert summary["best_trial"] == 0 and summary["counts"][schema.TrialState.COMPLETE] == 1
     root = artifact_root(client, tracker.parent_run_id)
-    assert (root / TRIALS_ARTIFACT).read_text() == "trial\n0\n"
+    assert (root / schema.TRIALS_ARTIFACT).read_text() == "trial\n0\n"
     assert not (root / "plots").exists()
 
 
@@ -486,17 +454,17 @@ def test_study_without_a_complete_trial_fails(uri, client):
     log_fake_trials(tracker.context, (2, 4))
     summary = finish_study(tracker)
     parent = client.get_run(tracker.parent_run_id)
-    assert summary["state"] is TrialState.FAILED and summary["best_trial"] is None
-    assert math.isnan(summary[METRIC_BEST_VAL_LOSS])
+    assert summary["state"] is schema.TrialState.FAILED and summary["best_trial"] is None
+    assert math.isnan(summary[schema.METRIC_BEST_VAL_LOSS])
     assert parent.info.status == "FAILED"
-    assert parent.data.tags[TAG_STATE] == TrialState.FAILED
-    assert METRIC_BEST_VAL_LOSS not in parent.data.metrics
-    assert TAG_BEST_TRIAL not in parent.data.tags
-    assert parent.data.metrics[count_metric(TrialState.DIVERGED)] == 1
-    assert parent.data.metrics[count_metric(TrialState.FAILED)] == 1
-    assert parent.data.metrics[count_metric(TrialState.COMPLETE)] == 0
+    assert parent.data.tags[schema.TAG_STATE] == schema.TrialState.FAILED
+    assert schema.METRIC_BEST_VAL_LOSS not in parent.data.metrics
+    assert schema.TAG_BEST_TRIAL not in parent.data.tags
+    assert parent.data.metrics[schema.count_metric(schema.TrialState.DIVERGED)] == 1
+    assert parent.data.metrics[schema.count_metric(schema.TrialState.FAILED)] == 1
+    assert parent.data.metrics[schema.count_metric(schema.TrialState.COMPLETE)] == 0
     logged = {a.path for a in client.list_artifacts(tracker.parent_run_id)}
-    assert BEST_CONFIG_ARTIFACT not in logged and TRIALS_ARTIFACT in logged
+    assert schema.BEST_CONFIG_ARTIFACT not in logged and schema.TRIALS_ARTIFACT in logged
 
 
 def _worker(uri, number, queue):
@@ -505,9 +473,9 @@ def _worker(uri, number, queue):
         ctx = TrialContext(uri, tracker.experiment_id, tracker.parent_run_id)
         with ctx.start_trial(number, config(64, 1e-3)) as run:
             for step in range(1, 21):
-                run.report(step * 100, {METRIC_VAL_LOSS: 3.0 - step * 0.01,
-                                        METRIC_TRAIN_LOSS: 3.0})
-            run.log_result({"state": TrialState.COMPLETE, METRIC_TOKENS: 2000})
+                run.report(step * 100, {schema.METRIC_VAL_LOSS: 3.0 - step * 0.01,
+                                        schema.METRIC_TRAIN_LOSS: 3.0})
+            run.log_result({"state": schema.TrialState.COMPLETE, schema.METRIC_TOKENS: 2000})
         queue.put((number, "ok"))
     except Exception as exc:  # report to the parent; the test asserts none happened
         queue.put((number, f"{type(exc).__name__}: {exc}"))
@@ -532,9 +500,9 @@ def test_processes_log_to_a_fresh_sqlite_store_after_ensure_store(tmp_path):
     for n in range(4):
         experiment_id, parent_run_id = tracking.find_study(uri, f"s{n}")
         (trial,) = tracking.read_trials(uri, experiment_id, parent_run_id)
-        assert trial["trial"] == n and trial["state"] is TrialState.COMPLETE
-        assert len(client.get_metric_history(trial["run_id"], METRIC_VAL_LOSS)) == 20
-        assert trial["metrics"][METRIC_BEST_VAL_LOSS] == pytest.approx(2.8)
+        assert trial["trial"] == n and trial["state"] is schema.TrialState.COMPLETE
+        assert len(client.get_metric_history(trial["run_id"], schema.METRIC_VAL_LOSS)) == 20
+        assert trial["metrics"][schema.METRIC_BEST_VAL_LOSS] == pytest.approx(2.8)
 
 
 def test_optuna_study_plots_and_pareto_front(uri, client):
@@ -548,8 +516,9 @@ def test_optuna_study_plots_and_pareto_front(uri, client):
             )
         )
         with tracker.start_trial(n, config(64, lr)) as run:
-            run.report(1000, {METRIC_VAL_LOSS: loss})
-    finish_study(tracker, study, objective_names=[METRIC_VAL_LOSS, METRIC_TRAIN_FLOPS])
+            run.report(1000, {schema.METRIC_VAL_LOSS: loss})
+    finish_study(tracker, study,
+                 objective_names=[schema.METRIC_VAL_LOSS, schema.METRIC_TRAIN_FLOPS])
     root = artifact_root(client, tracker.parent_run_id)
     plots = {p.name for p in (root / "plots").iterdir()}
     assert {"pareto_front.png", "optimization_history.png", "val_loss_curves.png"} <= plots
@@ -566,12 +535,12 @@ def test_plots_that_cannot_be_drawn_are_skipped(uri, client, caplog, monkeypatch
     log_fake_trial(tracker.context, 1)
     with caplog.at_level("WARNING", logger="sweep.results"):
         summary = finish_study(tracker)
-    assert summary["state"] is TrialState.COMPLETE
+    assert summary["state"] is schema.TrialState.COMPLETE
     assert "plot param_importances skipped: ValueError: needs >= 2 complete trials" in caplog.text
     assert "plot optimization_history skipped: RuntimeError: no display" in caplog.text
     root = artifact_root(client, tracker.parent_run_id)
     assert {p.name for p in (root / "plots").iterdir()} == {"val_loss_curves.png"}
-    assert (root / TRIALS_ARTIFACT).is_file()
+    assert (root / schema.TRIALS_ARTIFACT).is_file()
 
 
 def test_study_context_manager_marks_a_crashed_driver_failed(uri, client):
@@ -580,8 +549,8 @@ def test_study_context_manager_marks_a_crashed_driver_failed(uri, client):
             raise KeyboardInterrupt()
     parent = client.get_run(t.parent_run_id)
     assert parent.info.status == "FAILED"
-    assert parent.data.tags[TAG_STATE] == TrialState.FAILED
-    assert parent.data.tags[TAG_FAIL_REASON].startswith("KeyboardInterrupt")
+    assert parent.data.tags[schema.TAG_STATE] == schema.TrialState.FAILED
+    assert parent.data.tags[schema.TAG_FAIL_REASON].startswith("KeyboardInterrupt")
 
 
 def test_study_context_manager_finishes_a_study_on_normal_exit(uri, client):
@@ -589,8 +558,8 @@ def test_study_context_manager_finishes_a_study_on_normal_exit(uri, client):
         log_fake_trial(t.context, 0)
     parent = client.get_run(t.parent_run_id)
     assert parent.info.status == "FINISHED" and t.finished
-    assert parent.data.tags[TAG_STATE] == TrialState.COMPLETE
-    assert parent.data.metrics[METRIC_BEST_VAL_LOSS] == 2.5
+    assert parent.data.tags[schema.TAG_STATE] == schema.TrialState.COMPLETE
+    assert parent.data.metrics[schema.METRIC_BEST_VAL_LOSS] == 2.5
 
 
 # ---------------------------------------------------------------------------------- resume
@@ -646,12 +615,12 @@ def test_resume_reopens_the_parent_or_refuses(uri, client):
     assert again.parent_run_id == first.parent_run_id
     parent = client.get_run(again.parent_run_id)
     assert parent.info.status == "RUNNING"
-    assert parent.data.tags[TAG_STATE] == TrialState.RUNNING
+    assert parent.data.tags[schema.TAG_STATE] == schema.TrialState.RUNNING
     log_fake_trial(again.context, 1)
     summary = again.finish()
-    assert summary["counts"][TrialState.COMPLETE] == 2 and summary["best_trial"] == 1
+    assert summary["counts"][schema.TrialState.COMPLETE] == 2 and summary["best_trial"] == 1
     root = artifact_root(client, again.parent_run_id)
-    assert yaml.safe_load((root / SPEC_ARTIFACT).read_text()) == wider
+    assert yaml.safe_load((root / schema.SPEC_ARTIFACT).read_text()) == wider
     assert len(list((root / "spec_history").iterdir())) == 1
     fresh = StudyTracker.start(uri, "r", bad, executor="optuna", algorithm="tpe")
     assert fresh.parent_run_id != first.parent_run_id
@@ -668,25 +637,26 @@ def test_relative_sqlite_uri_is_made_absolute(tmp_path, monkeypatch):
 @pytest.mark.parametrize("value", [128, 1e-3, True, False, None, "dense", [0.9, 0.95], 2.5e-05,
                                    {"a": 1}, 0, -3.5, "local"])
 def test_param_values_round_trip(value):
-    decoded = decode_param(encode_param(value))
+    decoded = schema.decode_param(schema.encode_param(value))
     assert decoded == value and type(decoded) is type(value)
 
 
 def test_param_codec_writes_what_mlflow_shows_and_reads_tuples_as_lists():
-    assert encode_param((0.9, 0.95)) == "[0.9, 0.95]"
-    assert decode_param(encode_param((0.9, 0.95))) == [0.9, 0.95]
-    assert encode_param(None) == "None" and encode_param(True) == "True"
-    assert decode_param("[not json") == "[not json"
-    assert decode_param("1e-3") == 1e-3
+    assert schema.encode_param((0.9, 0.95)) == "[0.9, 0.95]"
+    assert schema.decode_param(schema.encode_param((0.9, 0.95))) == [0.9, 0.95]
+    assert schema.encode_param(None) == "None" and schema.encode_param(True) == "True"
+    assert schema.decode_param("[not json") == "[not json"
+    assert schema.decode_param("1e-3") == 1e-3
 
 
 def test_flatten_and_unflatten_params_invert_each_other():
     nested = config(64, 1e-3)
-    flat = flatten_params(nested)
+    flat = schema.flatten_params(nested)
     assert flat["model.d_model"] == 64 and flat["train.betas"] == (0.9, 0.95)
     assert set(flat) == {f"{s}.{k}" for s, section in nested.items() for k in section}
-    assert unflatten_params(flat) == nested
-    assert flatten_params({"train.lr": 1e-3}) == {"train.lr": 1e-3}  # dotted keys pass through
+    assert schema.unflatten_params(flat) == nested
+    # dotted keys pass through
+    assert schema.flatten_params({"train.lr": 1e-3}) == {"train.lr": 1e-3}
 
 
 @pytest.mark.parametrize(("address", "shown"), [

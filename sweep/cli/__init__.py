@@ -1,0 +1,12 @@
+"""The ``sweep`` command line: one module per command group, registered on one Typer app.
+
+Bad input (a spec, a flag, a file) exits with status 2 and one message naming what is wrong,
+before anything is written. Each command's work lives in its package; these modules only parse
+flags and print, importing the heavy packages (torch, MLflow, Optuna) inside the command that
+needs them so that ``sweep validate`` answers fast.
+"""
+
+from sweep.cli import results, study, train
+from sweep.cli.common import app
+
+__all__ = ["app", "results", "study", "train"]

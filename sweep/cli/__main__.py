@@ -1,0 +1,5 @@
+"""``python -m sweep.cli``: the same command line as ``sweep``."""
+
+from sweep.cli import app
+
+app()

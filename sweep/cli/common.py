@@ -1,0 +1,73 @@
+"""The ``sweep`` Typer app and what every command shares.
+
+Consoles, the exit-2 message for bad input, ``--set`` parsing.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NoReturn
+
+import typer
+import yaml
+from rich.console import Console
+
+app = typer.Typer(
+    name="sweep",
+    help="Hyperparameter search and scaling studies for transformer models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+console = Console()
+
+
+err_console = Console(stderr=True)
+
+
+def bad_input(message: str) -> NoReturn:
+    """Print ``message`` as an error and exit with status 2 (bad input)."""
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=2)
+
+
+def parse_sets(pairs: list[str] | None) -> dict[str, object]:
+    """Parse ``--set key=value`` flags; values are YAML scalars (ints, floats, bools, lists).
+
+    ``3e-4`` is read as a number.
+
+    Raises:
+        typer.Exit: With status 2 for a flag without ``=``.
+    """
+    out: dict[str, object] = {}
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            bad_input(f"--set {pair!r} must have the form key=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, str):
+            # PyYAML follows YAML 1.1, which reads 3e-4 as a string; users mean a number.
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        out[key.strip()] = value
+    return out
+
+
+@app.callback()
+def main() -> None:
+    """Hyperparameter search and scaling studies for transformer models."""
+    # MLflow announces every store migration at INFO; the commands report what matters.
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # With a tracking server MLflow writes "View run ... at: URL" to stdout for every run it
+    # ends, which would break `--json` output; `sweep results` and `sweep ui` show the runs.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")

@@ -1,0 +1,171 @@
+"""Commands that read a study back: ``sweep results`` (a table), ``sweep ui`` (MLflow UI)."""
+
+from __future__ import annotations
+
+import math
+import socket
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from sweep.cli import common
+from sweep.cli.common import app, bad_input
+from sweep.schema import (
+    METRIC_BEST_VAL_LOSS,
+    METRIC_FINAL_VAL_LOSS,
+    METRIC_FLOPS_PER_TOKEN,
+    METRIC_N_PARAMS,
+)
+
+_REASON_WIDTH = 40  # characters of a failure reason per line in `sweep results`
+
+
+def _format_cell(value: object) -> str:
+
+    if isinstance(value, float):
+        return f"{value:.4g}" if math.isfinite(value) else "-"
+    return "-" if value is None else str(value)
+
+
+def _format_count(value: object) -> str:
+    """A count with an SI suffix and 4 significant digits: 599040 -> ``599k``."""
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return _format_cell(value)
+    for suffix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.4g}{suffix}"
+    return f"{value:.4g}"
+
+
+@app.command()
+def results(
+    study: str = typer.Argument(..., metavar="STUDY_OR_DIR",
+                                help="Study name (./runs/<name>), its folder, or its mlflow.db."),
+    csv: str = typer.Option(None, "--csv", metavar="FILE", help="Also write all trials as CSV."),
+    as_json: bool = typer.Option(False, "--json", help="Print the trials as JSON records."),
+    top: int = typer.Option(20, min=1, help="Trials to print (best first)."),
+    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (then STUDY is the "
+                                                "experiment name), e.g. http://host:5000."),
+) -> None:
+    """Show a study's trials, best validation loss first (diverged and failed last)."""
+    from sweep.results import StudyNotFoundError, load_results
+    from sweep.tracking import UnreachableStoreError
+
+    try:
+        frame = load_results(study, tracking_uri=tracking_uri)
+    except (StudyNotFoundError, UnreachableStoreError) as exc:
+        bad_input(str(exc))
+    except Exception as exc:  # MLflow's errors for an unreachable or unknown store
+        from sweep.tracking import shown_uri
+
+        bad_input(f"--tracking-uri {shown_uri(tracking_uri)}: {type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0] if str(exc) else ''}")
+    if csv:
+        try:
+            frame.to_csv(csv, index=False)
+        except OSError as exc:
+            bad_input(f"--csv {csv}: {exc.strerror or exc}")
+    shown = frame.head(top)
+    if as_json:
+        print(shown.to_json(orient="records"))
+        return
+    lead = {"trial": "#", "state": "state", METRIC_BEST_VAL_LOSS: "best val", METRIC_FINAL_VAL_LOSS:
+            "final val", "tokens": "tokens", METRIC_N_PARAMS: "params",
+            METRIC_FLOPS_PER_TOKEN: "FLOPs/tok"}
+    varied = {c: c.split(".", 1)[1] for c in frame.columns
+              if c.startswith(("model.", "train.")) and frame[c].astype(str).nunique() > 1}
+    columns = {c: h for c, h in lead.items() if c in frame.columns}
+    if "fail_reason" in frame.columns and shown["fail_reason"].notna().any():
+        columns["fail_reason"] = "reason"
+    columns.update(varied)
+    counts = ("tokens", METRIC_N_PARAMS, METRIC_FLOPS_PER_TOKEN)
+    cells = {c: [_format_count(v) if c in counts else _format_cell(v) for v in shown[c]]
+             for c in columns}
+    # A box table spends 3 characters a column (padding and border) and 1 more at the edge.
+    widths = {c: max([len(h)] + [len(x) for x in cells[c]]) + 3 for c, h in columns.items()}
+    if "fail_reason" in widths:
+        widths["fail_reason"] = min(widths["fail_reason"], _REASON_WIDTH + 3)
+    out, left_out = common.console, []
+    if not common.console.is_terminal:  # a file or a pipe: whole lines, every column
+        from rich.console import Console
+
+        out = Console(width=max(80, 1 + sum(widths.values())))
+    else:  # drop the last columns that do not fit; the lead ones always stay
+        while len(columns) > len(lead) and 1 + sum(widths.values()) > common.console.width:
+            dropped = list(columns)[-1]
+            left_out.insert(0, columns.pop(dropped))
+            widths.pop(dropped)
+    table = Table(title=f"{frame.attrs['study']}: {len(frame)} trials (best first)")
+    for column, header in columns.items():
+        wide = column == "fail_reason"
+        table.add_column(header, overflow="fold", no_wrap=not wide,
+                         max_width=_REASON_WIDTH if wide else None)
+    for row in range(len(shown)):
+        table.add_row(*(cells[c][row] for c in columns))
+    out.print(table)
+    if left_out:
+        out.print(f"not shown (terminal too narrow): {', '.join(left_out)}; all columns with "
+                  "--csv FILE or --json", highlight=False)
+    if csv:
+        common.console.print(f"wrote {len(frame)} trials to {csv}", highlight=False)
+
+
+def _latest_store() -> str:
+
+    stores = sorted(Path("runs").glob("*/mlflow.db"), key=lambda p: p.stat().st_mtime)
+    if not stores:
+        bad_input("no study store under ./runs; pass STUDY_OR_DIR or --tracking-uri")
+    return str(stores[-1].parent)
+
+
+@app.command()
+def ui(
+    study: str = typer.Argument(None, metavar="[STUDY_OR_DIR]",
+                                help="Study name, folder or mlflow.db (default: the latest "
+                                     "store under ./runs)."),
+    port: int = typer.Option(5000, min=1, max=65535, help="Port to serve on."),
+    host: str = typer.Option("127.0.0.1", help="Interface to bind (keep local unless trusted)."),
+    block: bool = typer.Option(True, "--block/--no-block",
+                               help="Serve until Ctrl-C, or start in the background and return."),
+) -> None:
+    """Open the MLflow UI on a study's store and print its URL."""
+    from sweep.results import StudyNotFoundError, resolve_study, start_ui, stop_ui
+    from sweep.tracking import find_study
+
+    try:
+        uri, name = resolve_study(study or _latest_store())
+    except StudyNotFoundError as exc:
+        bad_input(str(exc))
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        common.err_console.print(
+            f"[bold yellow]warning:[/] --host {host} serves the MLflow UI, which "
+                          "has no authentication, beyond this machine", highlight=False)
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            bad_input(f"cannot serve on {host}:{port} ({exc.strerror}); pass another --port")
+    experiment_id, _ = find_study(uri, name)
+    try:
+        proc = start_ui(uri, host=host, port=port)
+    except RuntimeError as exc:
+        common.err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(code=1) from exc
+    url = f"http://{host}:{port}/#/experiments/{experiment_id}"
+    common.console.print(f"MLflow UI for study {name}: {url}", highlight=False, soft_wrap=True)
+    if not block:
+        common.console.print(f"server pid {proc.pid}; stop it with: kill -- -{proc.pid}",
+                      highlight=False)
+        return
+    common.console.print("Ctrl-C to stop", highlight=False)
+    try:
+        proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_ui(proc)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

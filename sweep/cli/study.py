@@ -1,0 +1,200 @@
+"""Commands that run studies: ``sweep validate``, ``sweep run``, ``sweep worker``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from sweep.cli import common
+from sweep.cli.common import app, bad_input
+from sweep.schema import METRIC_BASELINE, METRIC_BEST_VAL_LOSS, METRIC_N_PARAMS, TrialState
+
+
+@app.command()
+def validate(
+    spec_path: str = typer.Argument(..., metavar="SPEC", help="Study spec YAML."),
+    samples: int = typer.Option(256, min=1, help="Random configs to price with the cost model."),
+    device: str = typer.Option(None, help="Device whose memory bounds max_memory_gb (default: "
+                               "the spec's train.device)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Check a spec; print its search space and cost range without training anything.
+
+    Exits 2 for an invalid spec, or a space in which no sampled config is valid and feasible.
+    """
+    from sweep import space
+    from sweep.spec import SpecError, load_spec, spec_hash
+
+    try:
+        spec = load_spec(spec_path)
+    except SpecError as exc:
+        bad_input(str(exc))
+    summary = space.summarize(spec, n_samples=samples, device=device).to_dict()
+    n_ok = summary["n_configs"] - summary["n_invalid"] - summary["n_infeasible"]
+    if as_json:
+        common.console.print_json(json.dumps({"name": spec.name, "spec_hash": spec_hash(spec),
+                                       "search": spec.search.model_dump(mode="json"),
+                                       **summary}))
+    else:
+        s = spec.search
+        common.console.print(f"[bold]{spec.name}[/] ({spec_hash(spec)}): executor {s.executor}, "
+                      f"sampler {s.sampler}, pruner {s.pruner}, scheduler {s.scheduler}, "
+                      f"{s.n_trials} trials, objectives "
+                      f"{', '.join(f'{o} ({d})' for o, d in spec.objective_directions())}")
+        table = Table("parameter", "kind", "domain", "when")
+        for row in summary["params"]:
+            table.add_row(row["path"], row["kind"], row["domain"], row["when"])
+        common.console.print(table)
+        cost = Table("cost", "min", "max")
+        for name, rng in summary["cost"].items():
+            cost.add_row(name, *(f"{v:,.0f}" for v in rng) if rng else ("-", "-"))
+        common.console.print(cost)
+        common.console.print(
+            f"{summary['n_configs']} configs priced (corners + random): {n_ok} ok, "
+                      f"{summary['n_invalid']} invalid, {summary['n_infeasible']} over the "
+                      "constraints", highlight=False)
+        for kind in ("invalid", "infeasible"):
+            for example in summary[f"{kind}_examples"]:
+                common.console.print(f"  {kind}: {example}", highlight=False, soft_wrap=True)
+    if n_ok == 0:
+        bad_input(f"{spec_path}: none of {summary['n_configs']} sampled configs is valid and "
+                  "within the constraints; the study could never train a trial")
+
+
+def _load_study_spec(spec_path: str, executor: str | None = None, trials: int | None = None):
+    from sweep.spec import SpecError, load_spec
+    from sweep.study import with_overrides
+
+    if executor is not None and executor not in ("optuna", "ray"):
+        bad_input(f"--executor {executor!r} is not one of optuna, ray")
+    try:
+        return with_overrides(load_spec(spec_path), executor=executor, n_trials=trials)
+    except SpecError as exc:
+        bad_input(str(exc))
+
+
+@app.command()
+def run(
+    spec_path: str = typer.Argument(..., metavar="SPEC", help="Study spec YAML."),
+    executor: str = typer.Option(None, help="Override search.executor: optuna or ray."),
+    trials: int = typer.Option(None, min=1, help="Override search.n_trials."),
+    out: str = typer.Option(None, help="Output folder (default ./runs/<study name>)."),
+    address: str = typer.Option(None, help="Ray cluster address, host:port or auto (ray "
+                                "executor; default: RAY_ADDRESS, else a local Ray)."),
+    device: str = typer.Option(None, help="Training device (default: CUDA when present)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON line."),
+) -> None:
+    """Run a study: search its space, train each trial, track everything in MLflow.
+
+    Exits 0 when at least one trial completed, 1 when none did, 2 for bad input.
+    """
+    from sweep.data import DataError
+    from sweep.study import PreflightError, run_study
+    from sweep.tracking import ResumeError
+
+    spec = _load_study_spec(spec_path, executor, trials)
+    if address and spec.search.executor != "ray":
+        bad_input(f"--address: only the ray executor runs on a Ray cluster; this study's "
+                  f"executor is {spec.search.executor} (add --executor ray)")
+    try:
+        summary = run_study(spec, out_dir=out, quiet=quiet or as_json, ray_address=address,
+                            device=device, console=common.console)
+    except (DataError, ResumeError, PreflightError) as exc:
+        bad_input(str(exc))
+    counts = {k.lower(): v for k, v in summary.counts.items() if v}
+    if as_json:
+        print(json.dumps({
+            "study": summary.name, "state": summary.state, "counts": counts,
+            METRIC_BEST_VAL_LOSS: summary.best_val_loss if math.isfinite(summary.best_val_loss)
+            else None,
+            "best_trial": summary.best_trial,
+            METRIC_BASELINE: summary.baseline_unigram_loss,
+            "out_dir": str(summary.out_dir), "tracking_uri": summary.tracking_uri,
+            "parent_run_id": summary.parent_run_id,
+        }))
+    elif not quiet:
+        _print_top_trials(summary)
+    if summary.state != TrialState.COMPLETE:
+        common.err_console.print(
+            f"[bold red]study {summary.name}: no trial completed[/] ({counts or 'no trials'}); "
+            f"see the trials' sweep.fail_reason tags in {summary.tracking_uri}",
+            highlight=False, soft_wrap=True)
+        raise typer.Exit(code=1)
+
+
+def _print_top_trials(summary, top: int = 5) -> None:
+
+    from sweep.results import load_results
+    from sweep.study.progress import format_params
+
+    frame = load_results(summary.out_dir, tracking_uri=summary.tracking_uri)
+    searched = [c for c in frame.columns if c.startswith(("model.", "train."))
+                and frame[c].astype(str).nunique() > 1]
+    table = Table("trial", "state", "best val_loss", METRIC_N_PARAMS, "searched params",
+                  title=f"top trials of {summary.name}")
+    for _, row in frame.head(top).iterrows():
+        loss = row.get(METRIC_BEST_VAL_LOSS, math.nan)
+        table.add_row(str(row["trial"]), row["state"],
+                      f"{loss:.4f}" if math.isfinite(loss) else "-",
+                      f"{row.get(METRIC_N_PARAMS, math.nan):,.0f}",
+                      format_params({c: row[c] for c in searched}, limit=len(searched)))
+    common.console.print(table)
+    counts = ", ".join(f"{v} {k.lower()}" for k, v in summary.counts.items() if v)
+    best = (f"{summary.best_val_loss:.4f} (trial {summary.best_trial})"
+            if math.isfinite(summary.best_val_loss) else "-")
+    common.console.print(f"{counts}; best val_loss {best}; unigram baseline "
+                  f"{summary.baseline_unigram_loss:.4f} nats/token", highlight=False)
+    common.console.print(
+        f"MLflow store: {summary.tracking_uri}  (browse: sweep ui {summary.out_dir})",
+                  highlight=False, soft_wrap=True)
+
+
+@app.command()
+def worker(
+    spec_path: str = typer.Argument(..., metavar="SPEC", help="Study spec YAML."),
+    trials: int = typer.Option(1, min=1, help="Trials this worker runs."),
+    out: str = typer.Option(None, help="The study's output folder (default ./runs/<name>)."),
+    device: str = typer.Option(None, help="Training device (default: CUDA when present)."),
+) -> None:
+    """Join a running Optuna study through its shared storage and run trials for it.
+
+    The study must have been started (``sweep run``) with storage and tracking that this
+    machine reaches (an RDB ``search.storage`` and an MLflow server ``tracking.uri``, or a
+    shared file system).
+    """
+    from sweep.executors import optuna as optuna_executor
+    from sweep.study.trial import StudyContext
+    from sweep.tracking import (
+        TrialContext,
+        UnreachableStoreError,
+        check_reachable,
+        find_study,
+        shown_uri,
+    )
+
+    spec = _load_study_spec(spec_path, "optuna")
+    out_dir = Path(out) if out else spec.default_output_dir()
+    uri = spec.tracking_uri(out_dir)
+    try:
+        check_reachable(uri, spec.tracking_uri_source())
+        optuna_executor.check_storage(spec.storage_url(out_dir))
+    except (UnreachableStoreError, optuna_executor.StorageError) as exc:
+        bad_input(str(exc))
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        bad_input(f"no study {spec.tracking.experiment!r}: {uri} does not exist; start it "
+                  "with sweep run")
+    found = find_study(uri, spec.tracking.experiment)
+    if found is None:
+        bad_input(f"no study {spec.tracking.experiment!r} in {uri}; start it with sweep run")
+    storage = spec.storage_url(out_dir)
+    if not optuna_executor.study_exists(spec.name, storage):
+        bad_input(f"no Optuna study {spec.name!r} in search.storage "
+                  f"{shown_uri(storage)}; start it with sweep run (with the "
+                  "same storage and --out)")
+    ctx = StudyContext(spec, out_dir, TrialContext(uri, *found), device=device)
+    optuna_executor.run_worker(ctx, trials)

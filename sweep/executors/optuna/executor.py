@@ -1,0 +1,212 @@
+"""Optuna executor: the study lives in Optuna storage, trials run through `sweep.study.trial`.
+
+With ``search.parallel: N`` the driver starts N worker processes that share the storage;
+``sweep worker SPEC`` joins the same study from another machine. Intermediate val losses go to
+the pruner at each evaluation (step = evaluation index). Infeasible configs are told to samplers
+that take ``constraints_func`` (TPE, GP, NSGA-II) as constraint violations, and to the others
+as pruned trials.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import threading
+
+import optuna
+import torch
+from optuna.trial import TrialState as OptunaState
+
+from sweep import space
+from sweep.executors.optuna.storage import make_storage
+from sweep.schema import (
+    ATTR_BEST_VAL_LOSS,
+    ATTR_PROGRESS,
+    ATTR_REASON,
+    ATTR_RUN_ID,
+    ATTR_STATE,
+    METRIC_VAL_LOSS,
+    TrialState,
+)
+from sweep.study.progress import ProgressView, TrialRow
+from sweep.study.trial import StudyContext, evaluate, objective_values
+
+_CONSTRAINED_SAMPLERS = ("tpe", "gp", "nsga2")
+
+
+class OptunaReporter:
+    """`sweep.train.Reporter` for an Optuna trial.
+
+    Each evaluation's ``val_loss`` goes to ``trial.report`` (step = evaluation index, 1-based;
+    single-objective studies only) and, with the tokens seen, to user attrs for the progress
+    view. ``should_stop`` asks the pruner.
+    """
+
+    def __init__(self, trial: optuna.Trial, *, prune: bool) -> None:
+        self.trial, self.prune, self.n_evals = trial, prune, 0
+
+    def report(self, tokens: int, metrics: dict[str, float]) -> None:
+        self.n_evals += 1
+        value = metrics.get(METRIC_VAL_LOSS)
+        if value is None or not math.isfinite(value):
+            return
+        if self.prune:
+            self.trial.report(float(value), step=self.n_evals)
+        self.trial.set_user_attr(ATTR_PROGRESS, [int(tokens), float(value)])
+
+    def should_stop(self) -> bool:
+        return self.prune and self.trial.should_prune()
+
+
+def _objective(ctx: StudyContext):
+    spec = ctx.spec
+    multi = len(spec.search.objectives) > 1
+    prune = not multi and spec.search.pruner != "none"
+
+    def objective(trial: optuna.Trial):
+        try:
+            configs = space.suggest(trial, spec)
+        except space.InvalidConfig as err:
+            configs = err
+        outcome = evaluate(ctx, trial.number, configs, OptunaReporter(trial, prune=prune),
+                           raw_params=dict(trial.params))
+        trial.set_user_attr(ATTR_STATE, outcome.state.value)
+        trial.set_user_attr(ATTR_RUN_ID, outcome.run_id)
+        if outcome.reason:
+            trial.set_user_attr(ATTR_REASON, outcome.reason[:500])
+        if math.isfinite(outcome.best_val_loss):
+            trial.set_user_attr(ATTR_BEST_VAL_LOSS, outcome.best_val_loss)
+        if outcome.constraints is not None:
+            space.record_constraints(trial, outcome.constraints)
+        if outcome.state == TrialState.INFEASIBLE:
+            if spec.search.sampler in _CONSTRAINED_SAMPLERS and outcome.constraints is not None:
+                # Told as a constraint violation; val_loss no better than the unigram baseline.
+                penalty = ctx.corpus().baseline_unigram_loss
+                values = [penalty if name == METRIC_VAL_LOSS else v for name, v in
+                          zip(spec.search.objectives, objective_values(spec, outcome),
+                              strict=True)]
+                return values if multi else values[0]
+            raise optuna.TrialPruned(outcome.reason)
+        if outcome.state == TrialState.PRUNED:
+            raise optuna.TrialPruned()
+        if outcome.state in (TrialState.DIVERGED, TrialState.FAILED):
+            # nan makes Optuna record the trial FAIL: it never ranks as best.
+            return [math.nan] * len(spec.search.objectives) if multi else math.nan
+        values = objective_values(spec, outcome)
+        return values if multi else values[0]
+
+    return objective
+
+
+def create_study(ctx: StudyContext, *, seed_offset: int = 0) -> optuna.Study:
+    """Create or load the study in its storage, with the spec's sampler and pruner."""
+    spec = ctx.spec
+    if seed_offset:
+        spec = spec.model_copy(
+            update={"search": spec.search.model_copy(update={"seed": spec.search.seed
+                                                              + seed_offset})})
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        study_name=ctx.spec.name,
+        storage=make_storage(ctx.spec.storage_url(ctx.out_dir)),
+        sampler=space.make_sampler(spec),
+        pruner=space.make_pruner(spec),
+        directions=list(spec.search.directions),
+        load_if_exists=True,
+    )
+
+
+def _optimize(study: optuna.Study, ctx: StudyContext, n_trials: int) -> None:
+    # A trial that raises is recorded FAILED (run and Optuna trial); the study goes on.
+    study.optimize(_objective(ctx), n_trials=n_trials, catch=(Exception,),
+                   timeout=ctx.spec.search.timeout_s)
+
+
+def _worker_main(ctx: StudyContext, n_trials: int, seed_offset: int, threads: int) -> None:
+    torch.set_num_threads(threads)
+    _optimize(create_study(ctx, seed_offset=seed_offset), ctx, n_trials)
+
+
+def run_worker(ctx: StudyContext, n_trials: int) -> None:
+    """Join the study from this process (``sweep worker``) and run ``n_trials`` trials."""
+    _optimize(create_study(ctx, seed_offset=os.getpid()), ctx, n_trials)
+
+
+# What a trial the objective never finished (no ATTR_STATE) is, from Optuna's own state.
+_FROM_OPTUNA = {OptunaState.RUNNING: TrialState.RUNNING, OptunaState.WAITING: TrialState.RUNNING,
+                OptunaState.PRUNED: TrialState.PRUNED, OptunaState.COMPLETE: TrialState.COMPLETE}
+
+
+def trial_state(trial: optuna.trial.FrozenTrial) -> TrialState:
+    """The `TrialState` of an Optuna trial: the objective's record, else Optuna's state.
+
+    A trial still running in Optuna is ``RUNNING`` whatever it recorded; one that raised before
+    recording its state is ``FAILED``.
+    """
+    if trial.state == OptunaState.RUNNING:
+        return TrialState.RUNNING
+    recorded = trial.user_attrs.get(ATTR_STATE)
+    if recorded is not None:
+        return TrialState(recorded)
+    return _FROM_OPTUNA.get(trial.state, TrialState.FAILED)
+
+
+def _rows(study: optuna.Study) -> list[TrialRow]:
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        tokens, val_loss = t.user_attrs.get(ATTR_PROGRESS, [0, math.nan])
+        best = t.user_attrs.get(ATTR_BEST_VAL_LOSS, math.nan)
+        rows.append(TrialRow(t.number, trial_state(t), dict(t.params), int(tokens), val_loss,
+                             best, t.user_attrs.get(ATTR_REASON)))
+    return rows
+
+
+def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
+        address: str | None = None) -> optuna.Study:
+    """Run trials until the study holds ``n_trials`` (``search.parallel`` processes).
+
+    Args:
+        ctx: The study context.
+        n_trials: Trials the study should hold at the end; a resumed study runs the rest.
+        view: Progress display, polled from the storage every second.
+        address: Not used: Optuna workers are processes on this machine; other machines join
+            through shared storage with ``sweep worker``.
+
+    Returns:
+        The Optuna study.
+    """
+    study = create_study(ctx)
+    n_trials = max(0, n_trials - len(study.get_trials(deepcopy=False)))
+    parallel = max(1, min(ctx.spec.search.parallel, n_trials))
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(1.0):
+            view.update(_rows(study))
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        if n_trials and parallel == 1:
+            _optimize(study, ctx, n_trials)
+        elif n_trials:
+            mp = multiprocessing.get_context("spawn")  # no forked torch/MLflow state
+            threads = max(1, (os.cpu_count() or 1) // parallel)
+            procs = []
+            for i in range(parallel):
+                share = n_trials // parallel + (1 if i < n_trials % parallel else 0)
+                proc = mp.Process(target=_worker_main, args=(ctx, share, i, threads))
+                proc.start()
+                procs.append(proc)
+            for proc in procs:
+                while proc.is_alive():
+                    proc.join(timeout=0.5)
+            failed = [p.exitcode for p in procs if p.exitcode]
+            if failed:
+                raise RuntimeError(f"{len(failed)} worker process(es) exited with codes {failed}")
+    finally:
+        stop.set()
+        poller.join(timeout=5)
+        view.update(_rows(study))
+    return study

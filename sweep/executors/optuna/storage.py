@@ -1,0 +1,90 @@
+"""Optuna storage of a study.
+
+A journal file in the study folder by default (safe for several processes on one machine or a shared
+file system) or any RDB URL (PostgreSQL on a cluster), checked before the study writes anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from sweep.tracking import shown_uri
+
+
+def make_storage(url: str) -> Any:
+    """Optuna storage for ``url``: an RDB URL as is, anything else a journal file path."""
+    if "://" in url:
+        return url
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    Path(url).parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(url)))
+
+
+def study_exists(name: str, url: str) -> bool:
+    """Whether the storage at ``url`` holds an Optuna study ``name`` (a missing journal: no).
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: An RDB storage that cannot be read (`check_storage`
+            first tells why).
+    """
+    if "://" not in url and not Path(url).is_file():
+        return False
+    storage = make_storage(url)
+    return any(s.study_name == name for s in optuna.get_all_study_summaries(storage))
+
+
+class StorageError(ValueError):
+    """An RDB storage URL that cannot be used: no driver, or no database answers."""
+
+
+def check_storage(url: str, *, timeout_s: int = 10) -> None:
+    """Fail fast when an RDB storage URL cannot be used, before the study writes anything.
+
+    Opens one connection with SQLAlchemy (what Optuna's ``RDBStorage`` uses), with a
+    ``timeout_s`` connect timeout for PostgreSQL and MySQL. Journal file paths and SQLite files
+    are not checked (created on first use).
+
+    Args:
+        url: ``search.storage`` as resolved (`sweep.spec.StudySpec.storage_url`).
+        timeout_s: Seconds to wait for the database's answer.
+
+    Raises:
+        StorageError: Naming ``search.storage`` and the URL (password hidden), with the
+            missing driver (``pip install 'transformer-sweep[postgres]'`` for PostgreSQL) or
+            the database's answer.
+    """
+    if "://" not in url:
+        return
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    shown = shown_uri(url)
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+        parsed.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except (sqlalchemy.exc.ArgumentError, ValueError) as exc:
+        raise StorageError(f"search.storage {shown}: not a database URL ({exc})") from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":  # a file: created on first use, nothing to reach
+        return
+    args = {"connect_timeout": timeout_s} if backend in ("postgresql", "mysql") else {}
+    try:
+        engine = sqlalchemy.create_engine(parsed, connect_args=args, poolclass=NullPool)
+    except (ImportError, sqlalchemy.exc.NoSuchModuleError) as exc:
+        missing = getattr(exc, "name", None) or ""
+        hint = (" (pip install 'transformer-sweep[postgres]')"
+                if backend == "postgresql" and missing.startswith("psycopg") else "")
+        raise StorageError(f"search.storage {shown}: no database driver for it: "
+                           f"{exc}{hint}") from None
+    try:
+        with engine.connect():
+            pass
+    except (sqlalchemy.exc.SQLAlchemyError, ValueError) as exc:
+        reason = " ".join(str(getattr(exc, "orig", None) or exc).split())
+        raise StorageError(f"search.storage {shown}: cannot connect: {reason}") from None
+    finally:
+        engine.dispose()

@@ -1,0 +1,124 @@
+"""The driver-side Ray Tune callback.
+
+Progress rows from Ray's trial events, and the end state of trials Ray stopped before they could
+record it (a scheduler's stop ends them ``PRUNED``, with the tokens they had trained).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mlflow import MlflowClient
+from ray import tune
+
+from sweep.executors.ray.pbt import member_index
+from sweep.executors.ray.reporting import trial_params
+from sweep.schema import (
+    ATTR_REASON,
+    ATTR_RUN_ID,
+    ATTR_STATE,
+    CONFIG_TRIAL_NUMBER,
+    METRIC_BEST_VAL_LOSS,
+    METRIC_TOKENS,
+    METRIC_VAL_LOSS,
+    TAG_STATE,
+    TrialState,
+)
+from sweep.study.progress import ProgressView, TrialRow
+from sweep.study.trial import StudyContext
+from sweep.tracking import find_trial_run
+
+__all__ = ["StudyCallback"]
+
+
+
+class StudyCallback(tune.Callback):
+    """Progress rows from Ray's trial events; ends runs of trials Ray stopped.
+
+    Args:
+        ctx: The study context.
+        view: The progress view (not pickled with the experiment).
+        offset: Trial number of the first new trial (PBT members are numbered from it).
+    """
+
+    def __init__(self, ctx: StudyContext, view: ProgressView, offset: int) -> None:
+        self.ctx, self.view, self.offset = ctx, view, offset
+        self.rows: dict[str, TrialRow] = {}
+        self._best = math.nan  # best val loss of the run `_end_run` ended last
+
+    def _number(self, trial: Any) -> int:
+        config = trial.config
+        if CONFIG_TRIAL_NUMBER in config:
+            return int(config[CONFIG_TRIAL_NUMBER])
+        return self.offset + member_index(trial.trial_id)
+
+    def _row(self, trial: Any) -> TrialRow:
+        row = self.rows.get(trial.trial_id)
+        if row is None:
+            row = TrialRow(self._number(trial), TrialState.RUNNING, trial_params(trial.config))
+            self.rows[trial.trial_id] = row
+        return row
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Ray saves the run config with the experiment; the live view stays here.
+        return {**self.__dict__, "view": None}
+
+    def _show(self) -> None:
+        if self.view is not None:
+            self.view.update(list(self.rows.values()))
+
+    def on_trial_start(self, iteration, trials, trial, **info) -> None:
+        row = self._row(trial)
+        row.params = trial_params(trial.config)
+        self._show()
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        row = self._row(trial)
+        row.params = trial_params(trial.config)
+        row.tokens = int(result.get(METRIC_TOKENS, row.tokens))
+        if ATTR_STATE in result:
+            row.best_val_loss = float(result.get(METRIC_BEST_VAL_LOSS, math.nan))
+            row.reason = result.get(ATTR_REASON)
+        else:
+            row.val_loss = float(result.get(METRIC_VAL_LOSS, math.nan))
+        self._show()
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        row = self._row(trial)
+        last = trial.last_result or {}
+        if ATTR_STATE in last:
+            row.state = TrialState(last[ATTR_STATE])
+        else:  # stopped by the scheduler: Ray ended the trial before it could say so
+            row.state = TrialState.PRUNED
+            self._end_run(trial, TrialState.PRUNED, None, last)
+            row.best_val_loss = self._best
+        self._show()
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        row = self._row(trial)
+        row.state = TrialState.FAILED
+        reason = (getattr(trial, "error_msg", None) or "trial raised").strip()
+        row.reason = reason.splitlines()[-1][:300] if reason else None
+        self._end_run(trial, TrialState.FAILED, row.reason, trial.last_result or {})
+        self._show()
+
+    def _end_run(self, trial: Any, state: str, reason: str | None,
+                 last: dict[str, Any]) -> None:
+        """End the trial's MLflow run in ``state`` unless the trial already ended it."""
+        self._best = math.nan
+        number = self._number(trial)
+        run_id = last.get(ATTR_RUN_ID) or find_trial_run(self.ctx.tracking, number)
+        if run_id is None:  # failed before its run was created
+            with self.ctx.tracking.start_trial(number, trial_params(trial.config)) as run:
+                run.end(state, fail_reason=reason)
+            return
+        tags = MlflowClient(self.ctx.tracking.tracking_uri).get_run(run_id).data.tags
+        if tags.get(TAG_STATE, TrialState.RUNNING) != TrialState.RUNNING:
+            return
+        run = self.ctx.tracking.attach_trial(run_id)
+        if METRIC_TOKENS in last:
+            run.log_metrics({METRIC_TOKENS: last[METRIC_TOKENS]})
+        run.end(state, fail_reason=reason)
+        if math.isfinite(run.best_val_loss):
+            self._best = run.best_val_loss

@@ -1,0 +1,229 @@
+"""Population-based training with Ray Tune (Jaderberg et al. 2017).
+
+Ray Tune cannot combine a search algorithm with PBT, so the initial population is
+`sweep.space.sample_params` (``search.n_trials`` members, seed ``search.seed``), one Ray trial
+per member (`sweep.schema.CONFIG_MEMBER`), and ``search.pbt.hyperparam_mutations`` become Ray's
+``hyperparam_mutations``; mutated values are clipped to their domain (integers rounded). Members
+keep their shapes: the spec only lets PBT mutate shape-preserving fields. Each member opens its
+trial through `sweep.study.trial.open_trial` and trains in chunks of ``checkpoint_interval``
+tokens (default: the perturbation interval), reporting each chunk with a checkpoint, so every
+member has one before it can be exploited. On exploit, Ray restarts the member from the donor's
+checkpoint with a mutated config: the member loads it, applies the config's mutable values, and
+continues logging to its own MLflow run (found by its trial number), recording the new values
+with `sweep.tracking.TrialRun.log_mutation` at the donor's token count, and the donor's trial
+number as ``pbt.donor`` (metric at that step and tag). ``search.pbt.synch`` picks Ray's
+synchronous PBT over the default asynchronous one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+
+from sweep import space
+from sweep.executors.ray.reporting import (
+    Ended,
+    TuneReporter,
+    final_report,
+    session_alive,
+    trial_params,
+)
+from sweep.schema import (
+    ATTR_REASON,
+    ATTR_RUN_ID,
+    ATTR_STATE,
+    CONFIG_MEMBER,
+    METRIC_BEST_VAL_LOSS,
+    METRIC_TOKENS,
+    METRIC_VAL_LOSS,
+    TrialState,
+)
+from sweep.spec import ChoiceDomain, IntDomain, StudySpec
+from sweep.study.trial import StudyContext, TrialOutcome, open_trial
+from sweep.tracking import TrialRun, find_trial_run
+from sweep.train import Trainer
+
+__all__ = ["initial_population", "member_index", "pbt_trainable", "pick"]
+
+_CKPT_FILE = "trainer.pt"
+_META_FILE = "member.json"
+
+
+def _in_domain(spec: StudySpec, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with mutated values moved into the spec's search domain, to build configs.
+
+    A mutation may leave the domain the population was sampled from (``hyperparam_mutations``
+    has its own); the trainer then gets the real values through `Trainer.set_hparams`.
+    """
+    out = dict(params)
+    by_path = {p.path: p.domain for p in spec.params() if p.domain is not None}
+    for path in space.mutation_domains(spec):
+        d = by_path.get(path)
+        if d is None or path not in out:
+            continue
+        if isinstance(d, ChoiceDomain):
+            value = list(out[path]) if isinstance(out[path], tuple) else out[path]
+            if value not in d.options:
+                out[path] = d.options[0]
+        else:
+            lo, hi = d.bounds
+            out[path] = min(max(out[path], lo), hi)
+            if isinstance(d, IntDomain):
+                out[path] = int(round(out[path]))
+    return out
+
+
+def member_index(trial_id: str) -> int:
+    """A PBT member's index from its Ray trial id (``<prefix>_00003`` -> 3).
+
+    Ray numbers grid-search trials in order, so this is the index into the initial population.
+    The member's config cannot tell: an exploit copies the donor's config, ``sweep.member``
+    included.
+    """
+    return int(trial_id.rsplit("_", 1)[1])
+
+
+def pbt_trainable(ctx: StudyContext, offset: int, population: list[dict[str, Any]]):
+    spec = ctx.spec
+    pbt = spec.search.pbt
+    interval = pbt.checkpoint_interval or pbt.perturbation_interval
+    mutated = list(space.mutation_domains(spec))
+
+    def trainable(config: dict[str, Any]) -> None:
+        index = member_index(tune.get_context().get_trial_id())
+        number = offset + index
+        params = trial_params(config)
+        try:
+            configs = space.configs_from_params(spec, _in_domain(spec, params))
+        except space.InvalidConfig as err:
+            configs = err
+        checkpoint = tune.get_checkpoint()
+        replayed = -1
+        if checkpoint is None:
+            opened = open_trial(ctx, number, configs, raw_params=params)
+            if isinstance(opened, TrialOutcome):
+                final_report(TuneReporter(), 0, {
+                    ATTR_STATE: opened.state.value, ATTR_RUN_ID: opened.run_id,
+                    METRIC_VAL_LOSS: ctx.corpus().baseline_unigram_loss})
+                return
+            run = opened.run
+            trainer = Trainer(opened.model, opened.train, ctx.corpus(), device=ctx.device)
+        else:
+            model, train = configs  # a member with a checkpoint had valid configs
+            trainer = Trainer(model, train, ctx.corpus(), device=ctx.device)
+            with checkpoint.as_directory() as folder:
+                meta = json.loads((Path(folder) / _META_FILE).read_text())
+                trainer.load_checkpoint(Path(folder) / _CKPT_FILE)
+            run_id = meta["run_id"] if meta["number"] == number else \
+                find_trial_run(ctx.tracking, number)
+            run = ctx.tracking.attach_trial(run_id)
+            trainer.set_hparams(**{path.split(".", 1)[1]: config[path]
+                                   for path in mutated if path in config})
+            if meta["number"] == number:
+                replayed = run.last_step
+            else:  # exploited: the donor's weights, mutated config
+                changes = {path: config[path] for path in mutated if path in config}
+                # Keys the donor's config brought that differ from this member's own draw
+                # (searched shape fields: the donor's weights come with the donor's shape).
+                changes.update({k: v for k, v in params.items() if k not in changes
+                                and population[index].get(k, v) != v})
+                run.log_mutation(trainer.tokens_seen, {**changes, "donor": meta["number"]})
+        try:
+            _train_member(trainer, run, number, interval, replayed)
+        except (SystemExit, Ended):  # Ray ended this incarnation (exploit, pause)
+            return  # the run stays open for the next one
+        except Exception as exc:
+            run.end(TrialState.FAILED, fail_reason=f"{type(exc).__name__}: {exc}")
+            raise
+
+    return trainable
+
+
+class _MemberLog:
+    """`sweep.train.Reporter` of a PBT member: MLflow at every evaluation while Ray runs it."""
+
+    def __init__(self, run: TrialRun, replayed: int = -1) -> None:
+        self.run, self.replayed = run, replayed
+
+    def report(self, tokens: int, metrics: dict[str, float]) -> None:
+        if not session_alive():
+            raise Ended
+        if tokens > self.replayed:
+            self.run.report(tokens, metrics)
+
+    def should_stop(self) -> bool:
+        return False
+
+
+def _train_member(trainer: Trainer, run: TrialRun, number: int, interval: int,
+                  replayed: int = -1) -> None:
+    """Train in chunks, reporting each to Ray with a checkpoint; end the run at the end.
+
+    Ray lets a function trainable's thread run on while the driver decides on its last report,
+    so a member paused there has already logged evaluations past its checkpoint; resumed from
+    that checkpoint it retrains them exactly, and evaluations up to ``replayed`` tokens (the
+    run's last logged step) are not logged again.
+
+    Raises:
+        Ended: Ray ended this incarnation (the run is left open).
+    """
+    tee = _MemberLog(run, replayed)  # MLflow at every evaluation; Ray once per chunk
+    while True:
+        target = (trainer.tokens_seen // interval + 1) * interval
+        result = trainer.train(tee, until_tokens=target)
+        if result.state is not TrialState.RUNNING:
+            break
+        metrics = dict(trainer.history[-1]) if trainer.history else {}
+        metrics.pop(METRIC_TOKENS, None)
+        folder = tempfile.mkdtemp(prefix="sweep-pbt-")
+        try:
+            trainer.save_checkpoint(Path(folder) / _CKPT_FILE)
+            (Path(folder) / _META_FILE).write_text(json.dumps(
+                {"number": number, "run_id": run.run_id, "tokens": trainer.tokens_seen}))
+            metrics.update({METRIC_TOKENS: trainer.tokens_seen, ATTR_RUN_ID: run.run_id})
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        if not session_alive():
+            raise Ended
+    if not session_alive():
+        raise Ended
+    run.log_result(result)
+    final = {ATTR_STATE: result.state.value, ATTR_RUN_ID: run.run_id,
+             METRIC_VAL_LOSS: result.best_val_loss, METRIC_BEST_VAL_LOSS: result.best_val_loss}
+    if result.fail_reason:
+        final[ATTR_REASON] = result.fail_reason[:500]
+    try:
+        tune.report({**final, METRIC_TOKENS: result.tokens})
+    except SystemExit:
+        pass
+
+
+def initial_population(spec: StudySpec, n: int) -> list[dict[str, Any]]:
+    """The initial PBT population: sampled params plus every mutated key's initial value."""
+    members = space.sample_params(spec, n, seed=spec.search.seed)
+    for params in members:
+        try:
+            model, train = space.configs_from_params(spec, params)
+        except space.InvalidConfig:
+            continue
+        for path in space.mutation_domains(spec):
+            if path not in params:
+                section, name = path.split(".", 1)
+                value = getattr(model if section == "model" else train, name)
+                params[path] = list(value) if isinstance(value, tuple) else value
+    return members
+
+
+def pick(population: list[dict[str, Any]], key: str):
+    """Ray's ``sample_from`` function giving each member (`CONFIG_MEMBER`) its own ``key``."""
+
+    def pick(config: dict[str, Any]) -> Any:
+        return population[config[CONFIG_MEMBER]].get(key)
+
+    return pick

@@ -1,0 +1,85 @@
+"""What a Ray trainable tells Ray Tune.
+
+`TuneReporter` sends each evaluation to `ray.tune.report`; the final report carries the trial's
+state (`sweep.schema.ATTR_STATE`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ray import tune
+from ray.train._internal.session import get_session
+
+from sweep.schema import ATTR_STATE, METRIC_TOKENS, METRIC_VAL_LOSS
+from sweep.spec import StudySpec
+
+__all__ = ["Ended", "TuneReporter", "cost_report", "final_report", "session_alive",
+           "trial_params"]
+
+def session_alive() -> bool:
+    """Whether Ray still runs this trial.
+
+    When Ray ends a function trainable (a scheduler stopped it, PBT restarts it from another
+    checkpoint) it shuts the session down but lets the training thread run on until the actor
+    exits, and `ray.tune.report` then returns without effect; this check keeps that thread from
+    writing to the trial's MLflow run.
+    """
+    return get_session() is not None
+
+
+class Ended(BaseException):
+    """Ray ended this incarnation of a PBT member; leave its MLflow run as it is."""
+
+
+class TuneReporter:
+    """`sweep.train.Reporter` that sends each evaluation to `ray.tune.report`.
+
+    Each report is ``{**metrics, "tokens": tokens, **extra}``, except the evaluation at
+    ``budget_tokens`` (the end of the budget): the trainable's final report, with the trial's
+    state, stands for it, so a scheduler rung there cannot turn a finished trial into a pruned
+    one. When Ray ends the trial while it
+    waits in ``report`` (a scheduler stopped it), the session exits the thread with
+    ``SystemExit``, or it has shut the session down by the next evaluation; either becomes
+    ``should_stop() == True`` so the trial ends ``PRUNED`` in MLflow and nothing more is
+    reported.
+    """
+
+    def __init__(self, extra: dict[str, Any] | None = None, *,
+                 budget_tokens: int | None = None) -> None:
+        self.extra = dict(extra or {})
+        self.budget_tokens = budget_tokens
+        self.stopped = False
+
+    def report(self, tokens: int, metrics: dict[str, float]) -> None:
+        if self.stopped or (self.budget_tokens is not None and tokens >= self.budget_tokens
+                            and ATTR_STATE not in metrics):
+            return  # the evaluation at the budget's end goes with the final report
+        if not session_alive():
+            self.stopped = True
+            return
+        try:
+            tune.report({**metrics, METRIC_TOKENS: int(tokens), **self.extra})
+        except SystemExit:
+            self.stopped = True
+
+    def should_stop(self) -> bool:
+        return self.stopped
+
+
+def trial_params(config: dict[str, Any]) -> dict[str, Any]:
+    """The sampled params (``model.*`` and ``train.*`` keys) of a Ray trial's config."""
+    return {k: v for k, v in config.items() if k.startswith(("model.", "train."))}
+
+
+def cost_report(spec: StudySpec, cost: dict[str, float]) -> dict[str, float]:
+    """The cost objectives every report carries (multi-objective searches read them)."""
+    return {name: float(cost.get(name, math.nan)) for name in spec.search.objectives
+            if name != METRIC_VAL_LOSS}
+
+
+def final_report(reporter: TuneReporter, tokens: int, values: dict[str, Any]) -> None:
+    """Send a trial's last report: ``values`` (its state among them) win over the extras."""
+    reporter.extra = {k: v for k, v in reporter.extra.items() if k not in values}
+    reporter.report(tokens, values)

@@ -1,0 +1,91 @@
+"""Ray Tune schedulers by name.
+
+All use time attribute ``tokens`` (training tokens seen; ``time_total_s`` for a seconds budget):
+
+- ``asha``: asynchronous successive halving (Li et al. 2020, "A System for Massively Parallel
+  Hyperparameter Tuning"), reduction factor 3;
+- ``hyperband``: its asynchronous Hyperband form (same paper), 3 brackets; the synchronous
+  ``HyperBandScheduler`` pauses trials, which would restart these checkpoint-less trials;
+- ``median``: the median stopping rule (Golovin et al. 2017, Google Vizier);
+- ``pbt``: population-based training (Jaderberg et al. 2017), mutations clipped into their
+  domain;
+- ``none``: every trial trains its whole budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.tune import schedulers
+
+from sweep import space
+from sweep.schema import METRIC_TOKENS, METRIC_VAL_LOSS
+from sweep.space import SpaceSummary
+from sweep.spec import ChoiceDomain, IntDomain, StudySpec
+
+__all__ = ["make_scheduler"]
+
+_REDUCTION = 3
+
+
+def make_scheduler(spec: StudySpec, summary: SpaceSummary | None = None) -> Any:
+    """The Ray Tune scheduler ``search.scheduler`` names (time attribute: tokens trained).
+
+    ASHA and async Hyperband get ``max_t`` above the largest budget (trials end on their own
+    budget, never at ``max_t``) and a grace period of a ninth of the smallest budget; the
+    median rule starts judging after that grace period with 3 trials. A seconds budget is
+    measured in Ray's ``time_total_s`` (wall time of the trial, startup included).
+
+    Args:
+        spec: The study spec.
+        summary: The space's `sweep.space.SpaceSummary` (its ``budget_tokens``), priced by
+            preflight; priced here (``sweep.space.summarize``, 32 draws) when None.
+    """
+    s = spec.search
+    if s.scheduler == "pbt":
+        return schedulers.PopulationBasedTraining(
+            time_attr=METRIC_TOKENS, metric=METRIC_VAL_LOSS, mode="min",
+            perturbation_interval=s.pbt.perturbation_interval,
+            hyperparam_mutations=space.pbt_mutations(spec),
+            quantile_fraction=s.pbt.quantile_fraction,
+            resample_probability=s.pbt.resample_probability,
+            synch=s.pbt.synch,
+            custom_explore_fn=_clip_mutations(spec),
+        )
+    if s.scheduler == "none":
+        return schedulers.FIFOScheduler()
+    if summary is None:
+        summary = space.summarize(spec, n_samples=32)
+    bounds = summary.budget_tokens
+    kind, budget = spec.budget()
+    if kind == "seconds":
+        top = max(budget.options) if isinstance(budget, ChoiceDomain) else \
+            budget.bounds[1] if hasattr(budget, "bounds") else budget
+        time_attr, max_t, grace = "time_total_s", float(top) * 1.5, float(top) / 9
+    elif bounds is None:  # no valid config in the space: every trial is infeasible anyway
+        time_attr, max_t, grace = METRIC_TOKENS, 2**62, 1
+    else:
+        time_attr, max_t, grace = METRIC_TOKENS, int(bounds[1] * 1.5) + 1, max(1, bounds[0] // 9)
+    if s.scheduler == "median":
+        return schedulers.MedianStoppingRule(time_attr=time_attr, metric=METRIC_VAL_LOSS,
+                                             mode="min",
+                                             grace_period=grace, min_samples_required=3)
+    return schedulers.AsyncHyperBandScheduler(
+        time_attr=time_attr, metric=METRIC_VAL_LOSS, mode="min", max_t=max_t, grace_period=grace,
+        reduction_factor=_REDUCTION, brackets=3 if s.scheduler == "hyperband" else 1)
+
+
+def _clip_mutations(spec: StudySpec):
+    domains = space.mutation_domains(spec)
+
+    def explore(config: dict[str, Any]) -> dict[str, Any]:
+        """Clip perturbed values into their domain; integers rounded."""
+        for path, d in domains.items():
+            if path not in config or isinstance(d, ChoiceDomain):
+                continue
+            lo, hi = d.bounds
+            value = min(max(config[path], lo), hi)
+            config[path] = int(round(value)) if isinstance(d, IntDomain) else float(value)
+        return config
+
+    return explore

@@ -1,0 +1,71 @@
+"""The Ray Tune trainable of a searched trial (every scheduler but PBT).
+
+The one trial path, `sweep.study.trial.evaluate`, with a `TuneReporter`.
+
+Infeasible trials train nothing and report once with val loss = the corpus's unigram baseline,
+so schedulers and samplers carry on (the sampler sees that penalty, not constraint values as
+under the Optuna executor); trials that raise end ``FAILED`` and the study continues.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from models.errors import ConfigError
+from sweep import space
+from sweep.executors.ray.reporting import TuneReporter, cost_report, final_report, trial_params
+from sweep.schema import (
+    ATTR_REASON,
+    ATTR_RUN_ID,
+    ATTR_STATE,
+    CONFIG_TRIAL_NUMBER,
+    METRIC_BEST_VAL_LOSS,
+    METRIC_VAL_LOSS,
+    TrialState,
+)
+from sweep.study.trial import StudyContext, TrialOutcome, open_trial, train_trial
+from sweep.train.config import resolve_budget
+
+__all__ = ["search_trainable"]
+
+
+def search_trainable(ctx: StudyContext):
+    """The function trainable of ``ctx``'s searched trials (picklable closure over ``ctx``).
+
+    Ray passes each trial's config: the sampled params under dotted keys and the trial number
+    (`sweep.schema.CONFIG_TRIAL_NUMBER`). The trial's last report carries its state, run id
+    and ``val_loss`` = its best val loss (what the Optuna executor tells its sampler), or the
+    corpus's unigram baseline for an infeasible config.
+    """
+    spec = ctx.spec
+
+    def trainable(config: dict[str, Any]) -> None:
+        number = int(config[CONFIG_TRIAL_NUMBER])
+        params = trial_params(config)
+        try:
+            configs = space.configs_from_params(spec, params)
+        except space.InvalidConfig as err:
+            configs = err
+        opened = open_trial(ctx, number, configs, raw_params=params)
+        if isinstance(opened, TrialOutcome):
+            outcome, reporter = opened, TuneReporter()
+        else:
+            try:
+                total = resolve_budget(opened.train, opened.model).total_tokens
+            except ConfigError:  # the trainer raises it again, inside the trial's run
+                total = None
+            # Multi-objective searches read the cost objectives from every report.
+            reporter = TuneReporter(cost_report(spec, opened.cost), budget_tokens=total)
+            outcome = train_trial(ctx, opened, reporter)
+        final = {ATTR_STATE: outcome.state.value, ATTR_RUN_ID: outcome.run_id,
+                 **cost_report(spec, outcome.cost)}
+        if outcome.state is TrialState.INFEASIBLE:
+            final[METRIC_VAL_LOSS] = ctx.corpus().baseline_unigram_loss
+        else:
+            final[METRIC_VAL_LOSS] = outcome.best_val_loss  # nan (DIVERGED): Optuna records FAIL
+            final[METRIC_BEST_VAL_LOSS] = outcome.best_val_loss
+        if outcome.reason:
+            final[ATTR_REASON] = outcome.reason[:500]
+        final_report(reporter, outcome.tokens, final)
+
+    return trainable

@@ -1,0 +1,28 @@
+"""Results of a study read back from MLflow: a pandas table, the study's plots, the MLflow UI.
+
+`load_results` gives one row per trial for scripted analyses; `study_figures` draws the plots
+the parent run keeps; `start_ui` serves a study's store with ``mlflow server`` on 127.0.0.1.
+"""
+
+from sweep.results.plots import close_figures, study_figures
+from sweep.results.table import (
+    LEAD_COLUMNS,
+    StudyNotFoundError,
+    load_results,
+    resolve_study,
+    trials_frame,
+)
+from sweep.results.ui import start_ui, stop_ui, ui_command
+
+__all__ = [
+    "LEAD_COLUMNS",
+    "StudyNotFoundError",
+    "close_figures",
+    "load_results",
+    "resolve_study",
+    "start_ui",
+    "stop_ui",
+    "study_figures",
+    "trials_frame",
+    "ui_command",
+]

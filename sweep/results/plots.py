@@ -1,0 +1,156 @@
+"""The plots a study's parent run keeps.
+
+Val-loss curves and Optuna's history, importance, slice and Pareto plots, drawn with matplotlib from
+the trials table.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from sweep.results.table import LEAD_COLUMNS
+from sweep.schema import METRIC_BEST_VAL_LOSS, TrialState
+
+log = logging.getLogger(__name__)
+
+
+def _use_agg() -> None:
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")
+
+
+def _val_loss_figure(frame: pd.DataFrame, histories: Mapping[str, list[tuple]]) -> Any:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    best = frame["run_id"].iloc[0] if len(frame) else None
+    for run_id, trial, state in zip(frame["run_id"], frame["trial"], frame["state"], strict=True):
+        points = histories.get(run_id) or []
+        if not points:
+            continue
+        tokens, losses = zip(*points, strict=True)
+        is_best = run_id == best and state == TrialState.COMPLETE
+        ax.plot(
+            tokens,
+            losses,
+            lw=2.0 if is_best else 0.8,
+            alpha=1.0 if is_best else 0.5,
+            label=f"trial {trial} (best)" if is_best else None,
+        )
+    ax.set_xlabel("tokens seen")
+    ax.set_ylabel("val loss (nats/token)")
+    ax.set_title("Validation loss of all trials")
+    if best is not None and ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def _study_from_frame(frame: pd.DataFrame) -> Any:
+    """An in-memory Optuna study of the COMPLETE trials, for Optuna's plots (no sampling)."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    done = frame[(frame["state"] == TrialState.COMPLETE) & frame[METRIC_BEST_VAL_LOSS].notna()]
+    params = [c for c in frame.columns if c not in LEAD_COLUMNS]
+    distributions = {}
+    for name in params:
+        values = done[name].dropna()
+        if values.astype(str).nunique() < 2:
+            continue
+        numeric = pd.to_numeric(values, errors="coerce")
+        if numeric.notna().all() and not values.map(lambda v: isinstance(v, bool)).any():
+            distributions[name] = FloatDistribution(float(numeric.min()), float(numeric.max()))
+        else:
+            distributions[name] = CategoricalDistribution(sorted(values.astype(str).unique()))
+    study = optuna.create_study(direction="minimize")
+    for _, row in done.iterrows():
+        values = {}
+        for name, dist in distributions.items():
+            if pd.isna(row[name]):
+                continue
+            is_float = isinstance(dist, FloatDistribution)
+            values[name] = float(row[name]) if is_float else str(row[name])
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=values,
+                distributions={k: distributions[k] for k in values},
+                value=float(row[METRIC_BEST_VAL_LOSS]),
+            )
+        )
+    return study
+
+
+def study_figures(
+    frame: pd.DataFrame,
+    histories: Mapping[str, list[tuple]],
+    optuna_study: Any = None,
+    objective_names: list[str] | None = None,
+) -> dict[str, Any]:
+    """Matplotlib figures of a study, by file stem; a plot that cannot be drawn is skipped.
+
+    ``val_loss_curves`` (from the MLflow histories), and Optuna's
+    ``optimization_history``, ``param_importances`` and ``parallel_coordinate`` (both need >= 2
+    complete trials) and, for a multi-objective study, ``pareto_front``
+    (`optuna.visualization.matplotlib`). Drawn with the Agg backend unless pyplot is in use.
+
+    Args:
+        frame: `trials_frame` of the study.
+        histories: ``run_id -> [(tokens, val_loss), ...]``.
+        optuna_study: The executor's study; default: rebuilt from ``frame``.
+        objective_names: Names of the objectives of a multi-objective study.
+    """
+    import optuna
+    from optuna.visualization import matplotlib as ovm
+
+    _use_agg()
+    figures: dict[str, Any] = {}
+    study = optuna_study if optuna_study is not None else _study_from_frame(frame)
+    multi = len(study.directions) > 1
+    first = {"target": (lambda t: t.values[0]), "target_name": (objective_names or ["0"])[0]}
+    kw = first if multi else {"target_name": METRIC_BEST_VAL_LOSS}
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    # (fewest complete trials, draw): below these counts Optuna draws empty or uniform plots.
+    plots = {
+        "val_loss_curves": (0, lambda: _val_loss_figure(frame, histories)),
+        "optimization_history": (1, lambda: ovm.plot_optimization_history(study, **kw)),
+        "param_importances": (2, lambda: ovm.plot_param_importances(study, **kw)),
+        "parallel_coordinate": (2, lambda: ovm.plot_parallel_coordinate(study, **kw)),
+    }
+    if multi:
+        plots["pareto_front"] = (
+            1,
+            lambda: ovm.plot_pareto_front(study, target_names=objective_names),
+        )
+    for name, (fewest, draw) in plots.items():
+        try:
+            if len(complete) < fewest:
+                raise ValueError(
+                    f"needs >= {fewest} complete trials, the study has {len(complete)}"
+                )
+            with warnings.catch_warnings():
+                # Optuna's experimental and small-sample notices are not the user's problem.
+                warnings.simplefilter("ignore")
+                drawn = draw()
+            figure = getattr(drawn, "figure", drawn)
+            figure.tight_layout()
+            figures[name] = figure
+        except Exception as exc:  # a plot is a convenience; never fail a study over one
+            log.warning("plot %s skipped: %s: %s", name, type(exc).__name__, exc)
+    return figures
+
+
+def close_figures(figures: Mapping[str, Any]) -> None:
+    """Release the figures of `study_figures`."""
+    import matplotlib.pyplot as plt
+
+    for figure in figures.values():
+        plt.close(figure)

@@ -1,0 +1,175 @@
+"""Results of a study read back from MLflow as a pandas table, one row per trial.
+
+Params under dotted columns, cost metrics, state, best and final val loss: for scripted
+analyses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sweep import tracking
+from sweep.schema import (
+    METRIC_BEST_VAL_LOSS,
+    METRIC_FINAL_VAL_LOSS,
+    METRIC_FLOPS_PER_TOKEN,
+    METRIC_FLOPS_PER_TOKEN_DENSE,
+    METRIC_FLOPS_PER_TOKEN_TRAIN,
+    METRIC_MEM_ESTIMATE,
+    METRIC_N_PARAMS,
+    METRIC_N_PARAMS_NON_EMBEDDING,
+    METRIC_TOKENS,
+    METRIC_TOKENS_PER_S,
+    METRIC_TRAIN_FLOPS,
+    METRIC_VAL_LOSS,
+    METRIC_WALL_S,
+    TrialState,
+)
+
+log = logging.getLogger(__name__)
+
+
+LEAD_COLUMNS = (
+    "trial",
+    "state",
+    METRIC_BEST_VAL_LOSS,
+    METRIC_FINAL_VAL_LOSS,
+    METRIC_TOKENS,
+    METRIC_N_PARAMS,
+    METRIC_N_PARAMS_NON_EMBEDDING,
+    METRIC_FLOPS_PER_TOKEN,
+    METRIC_FLOPS_PER_TOKEN_DENSE,
+    METRIC_FLOPS_PER_TOKEN_TRAIN,
+    METRIC_TRAIN_FLOPS,
+    METRIC_MEM_ESTIMATE,
+    METRIC_TOKENS_PER_S,
+    METRIC_WALL_S,
+    "fail_reason",
+    "run_id",
+)
+
+
+# States whose last logged val_loss is the trial's final one (a diverged trial's is not).
+_TRAINED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+
+
+class StudyNotFoundError(LookupError):
+    """No study store or experiment matches the name or folder given."""
+
+
+def _is_mlflow_store(db: Path) -> bool:
+    """Whether the SQLite file ``db`` holds MLflow's tables; opened read-only, never changed."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db.resolve()}?mode=ro", uri=True)) as con:
+            rows = con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+    except sqlite3.DatabaseError:
+        return False
+    return ("experiments",) in rows
+
+
+def resolve_study(study_or_dir: str | Path, tracking_uri: str | None = None) -> tuple[str, str]:
+    """Find the tracking URI and study (experiment) name for a study name or output folder.
+
+    Without ``tracking_uri``: ``study_or_dir`` is a folder holding ``mlflow.db``, the ``.db``
+    file itself, or a study name whose store is ``./runs/<name>/mlflow.db``. With it,
+    ``study_or_dir`` is the experiment name in that store, or the study's output folder
+    (its name, or the store's only study).
+
+    Returns:
+        ``(tracking_uri, study_name)``.
+
+    Raises:
+        StudyNotFoundError: Naming ``study_or_dir`` (and the studies the store holds).
+        sweep.tracking.UnreachableStoreError: ``tracking_uri`` is a server that does not answer.
+    """
+    name = str(study_or_dir)
+    if tracking_uri is None:
+        path = Path(study_or_dir)
+        for db in (path, path / "mlflow.db", Path("runs") / name / "mlflow.db"):
+            if db.is_file() and db.suffix == ".db":
+                break
+        else:
+            raise StudyNotFoundError(
+                f"no study {name!r}: neither {path / 'mlflow.db'} nor "
+                f"{Path('runs') / name / 'mlflow.db'} exists"
+            )
+        if not _is_mlflow_store(db):
+            raise StudyNotFoundError(f"{db} is not an MLflow store (no experiments table)")
+        tracking_uri = f"sqlite:///{db.resolve()}"
+        studies = tracking.list_studies(tracking_uri)
+        for candidate in (name, db.resolve().parent.name):
+            if candidate in studies:
+                return tracking_uri, candidate
+        if len(studies) == 1:
+            return tracking_uri, studies[0]
+        raise StudyNotFoundError(f"{db} holds studies {studies}; none is named {name!r}; "
+                                 f"name one: --tracking-uri {tracking_uri} STUDY")
+    tracking_uri = tracking.absolute_uri(tracking_uri)
+    tracking.check_reachable(tracking_uri, "--tracking-uri")
+    studies = tracking.list_studies(tracking_uri)
+    for candidate in (name, Path(name).name):
+        if candidate in studies:
+            return tracking_uri, candidate
+    if len(studies) == 1 and Path(name).is_dir():
+        return tracking_uri, studies[0]
+    raise StudyNotFoundError(f"no study {name!r} in {tracking_uri} (it holds {studies})")
+
+
+def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per trial from `sweep.tracking.read_trials` records.
+
+    Columns: `LEAD_COLUMNS`, then the params (``model.*``, ``train.*``, sorted). Sorted by
+    ``best_val_loss`` ascending with NaN (failed, diverged, infeasible) last, then trial number.
+    ``final_val_loss`` is the runner's ``final_val_loss`` metric, else the last ``val_loss`` of a
+    COMPLETE, PRUNED or RUNNING trial (NaN otherwise); ``tokens`` the tokens trained.
+    """
+    rows = []
+    for trial in trials:
+        metrics = trial["metrics"]
+        row = {c: metrics.get(c, math.nan) for c in LEAD_COLUMNS}
+        row.update(
+            trial=trial["trial"],
+            state=trial["state"],
+            fail_reason=trial["fail_reason"],
+            run_id=trial["run_id"],
+            final_val_loss=metrics.get(
+                METRIC_FINAL_VAL_LOSS,
+                metrics.get(METRIC_VAL_LOSS, math.nan) if trial["state"] in _TRAINED else math.nan,
+            ),
+        )
+        row.update(trial["params"])
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=list(LEAD_COLUMNS))
+    if rows:
+        frame = pd.DataFrame(rows)
+        params = sorted(c for c in frame.columns if c not in LEAD_COLUMNS)
+        frame = frame[list(LEAD_COLUMNS) + params]
+    frame = frame.sort_values([METRIC_BEST_VAL_LOSS, "trial"], na_position="last", kind="stable")
+    return frame.reset_index(drop=True)
+
+
+def load_results(study_or_dir: str | Path, tracking_uri: str | None = None) -> pd.DataFrame:
+    """Trials of a study as a DataFrame (see `trials_frame`), best first.
+
+    ``frame.attrs`` holds ``tracking_uri``, ``study``, ``experiment_id`` and ``parent_run_id``.
+
+    Raises:
+        StudyNotFoundError: If no such study exists (see `resolve_study`).
+    """
+    tracking_uri, study = resolve_study(study_or_dir, tracking_uri)
+    experiment_id, parent_run_id = tracking.find_study(tracking_uri, study)
+    frame = trials_frame(tracking.read_trials(tracking_uri, experiment_id, parent_run_id))
+    frame.attrs.update(
+        tracking_uri=tracking_uri,
+        study=study,
+        experiment_id=experiment_id,
+        parent_run_id=parent_run_id,
+    )
+    return frame

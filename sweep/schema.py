@@ -1,0 +1,287 @@
+"""The names a study shares across its parts: trial states, MLflow names, attribute keys, params.
+
+The one module that spells them. The trainer, both executors, the tracking writer and reader,
+the progress view and the results table import these names; none writes the strings itself
+(a test greps ``sweep/`` for that). Standard library only, so every layer can import it.
+
+MLflow layout (see ``docs/architecture.md``):
+
+- experiment = study name; one parent run per study, tags `TAG_KIND` = `KIND_STUDY`,
+  `TAG_SPEC_HASH`, `TAG_EXECUTOR`, `TAG_ALGORITHM`, `TAG_STATE`; metrics
+  `METRIC_BASELINE`, `METRIC_BEST_VAL_LOSS`, ``trials_<state>`` (`count_metric`); artifacts
+  `SPEC_ARTIFACT`, `TRIALS_ARTIFACT`, `BEST_CONFIG_ARTIFACT`, ``plots/<name>.png``;
+- one child run per trial, named `run_name` (``trial-<n>``), params = the resolved model and
+  train config under dotted keys (`flatten_params`, values encoded with `encode_param`),
+  `COST_METRICS` at step 0, evaluation metrics with step = tokens seen, `RESULT_METRICS` and
+  `METRIC_BEST_VAL_LOSS` at the end; tags `TAG_STATE`, `TAG_FAIL_REASON`, `TAG_TRIAL_NUMBER`;
+  population-based training's changes as metrics and tags ``pbt.<key>`` (`mutation_key`).
+
+Executor bookkeeping (Optuna user attributes, Ray Tune report and config keys) uses the
+``ATTR_*`` and ``CONFIG_*`` names, the same for both executors.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "ATTR_BEST_VAL_LOSS",
+    "ATTR_PROGRESS",
+    "ATTR_REASON",
+    "ATTR_RUN_ID",
+    "ATTR_STATE",
+    "BEST_CONFIG_ARTIFACT",
+    "CONFIG_MEMBER",
+    "CONFIG_TRIAL_NUMBER",
+    "COST_METRICS",
+    "EVAL_METRICS",
+    "FAIL_REASON_ARTIFACT",
+    "KIND_STUDY",
+    "METRIC_BASELINE",
+    "METRIC_BEST_VAL_LOSS",
+    "METRIC_FINAL_VAL_LOSS",
+    "METRIC_FLOPS_PER_TOKEN",
+    "METRIC_FLOPS_PER_TOKEN_DENSE",
+    "METRIC_FLOPS_PER_TOKEN_TRAIN",
+    "METRIC_LR",
+    "METRIC_MEM_ESTIMATE",
+    "METRIC_N_PARAMS",
+    "METRIC_N_PARAMS_NON_EMBEDDING",
+    "METRIC_TOKENS",
+    "METRIC_TOKENS_PER_S",
+    "METRIC_TRAIN_FLOPS",
+    "METRIC_TRAIN_LOSS",
+    "METRIC_VAL_BPB",
+    "METRIC_VAL_LOSS",
+    "METRIC_WALL_S",
+    "RESULT_METRICS",
+    "SPEC_ARTIFACT",
+    "TAG_ALGORITHM",
+    "TAG_BEST_RUN_ID",
+    "TAG_BEST_TRIAL",
+    "TAG_EXECUTOR",
+    "TAG_FAIL_REASON",
+    "TAG_KIND",
+    "TAG_SPEC_HASH",
+    "TAG_STATE",
+    "TAG_TRIAL_NUMBER",
+    "TAG_TRUNCATED",
+    "TRIALS_ARTIFACT",
+    "TrialState",
+    "cost_metrics",
+    "count_metric",
+    "decode_param",
+    "encode_param",
+    "flatten_params",
+    "mutation_key",
+    "run_name",
+    "unflatten_params",
+]
+
+
+class TrialState(str, enum.Enum):
+    """The state of a trial, the same in the trainer, both executors, MLflow and the tables.
+
+    A `str` enum: members compare equal to their names (``TrialState.COMPLETE == "COMPLETE"``)
+    and are stored as them (tag `TAG_STATE`). Only a trial's own fault is ``FAILED``;
+    ``PRUNED`` and ``INFEASIBLE`` trials stopped on purpose, so MLflow shows them ``KILLED``,
+    not failed (`run_status`).
+    """
+
+    RUNNING = "RUNNING"
+    COMPLETE = "COMPLETE"
+    PRUNED = "PRUNED"
+    DIVERGED = "DIVERGED"
+    FAILED = "FAILED"
+    INFEASIBLE = "INFEASIBLE"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_final(self) -> bool:
+        """Whether the trial has ended (every state but ``RUNNING``)."""
+        return self is not TrialState.RUNNING
+
+    @property
+    def trained(self) -> bool:
+        """Whether the trial trained at all (infeasible ones never did)."""
+        return self in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+
+    @property
+    def run_status(self) -> str:
+        """The MLflow run status of a trial that ended in this state.
+
+        Raises:
+            ValueError: For ``RUNNING`` (a run ends in a final state).
+        """
+        if not self.is_final:
+            raise ValueError("a trial run ends in a final state, not RUNNING")
+        return _RUN_STATUS[self]
+
+    @classmethod
+    def final(cls) -> tuple[TrialState, ...]:
+        """The final states, in display order."""
+        return tuple(s for s in cls if s.is_final)
+
+
+_RUN_STATUS = {
+    TrialState.COMPLETE: "FINISHED",
+    TrialState.PRUNED: "KILLED",
+    TrialState.INFEASIBLE: "KILLED",
+    TrialState.DIVERGED: "FAILED",
+    TrialState.FAILED: "FAILED",
+}
+
+# ------------------------------------------------------------------------------------ tags
+TAG_KIND = "sweep.kind"
+KIND_STUDY = "study"
+TAG_STATE = "sweep.state"
+TAG_FAIL_REASON = "sweep.fail_reason"
+TAG_TRIAL_NUMBER = "sweep.trial_number"
+TAG_SPEC_HASH = "sweep.spec_hash"
+TAG_EXECUTOR = "sweep.executor"
+TAG_ALGORITHM = "sweep.algorithm"
+TAG_TRUNCATED = "sweep.truncated_params"
+TAG_BEST_TRIAL = "sweep.best_trial_number"
+TAG_BEST_RUN_ID = "sweep.best_run_id"
+
+# --------------------------------------------------------------------------------- metrics
+METRIC_VAL_LOSS = "val_loss"
+METRIC_TRAIN_LOSS = "train_loss"
+METRIC_BEST_VAL_LOSS = "best_val_loss"
+METRIC_TOKENS = "tokens"
+METRIC_BASELINE = "baseline_unigram_loss"
+METRIC_TOKENS_PER_S = "tokens_per_s"
+METRIC_LR = "lr"
+METRIC_VAL_BPB = "val_bpb"
+METRIC_FINAL_VAL_LOSS = "final_val_loss"
+METRIC_TRAIN_FLOPS = "train_flops"
+METRIC_WALL_S = "wall_s"
+METRIC_N_PARAMS = "n_params"
+METRIC_N_PARAMS_NON_EMBEDDING = "n_params_non_embedding"
+METRIC_FLOPS_PER_TOKEN = "flops_per_token"
+METRIC_FLOPS_PER_TOKEN_DENSE = "flops_per_token_dense"
+METRIC_FLOPS_PER_TOKEN_TRAIN = "flops_per_token_train"
+METRIC_MEM_ESTIMATE = "mem_estimate_bytes"
+#: Cost-model metrics of every trial, logged at step 0 (`cost_metrics`).
+COST_METRICS = (
+    METRIC_N_PARAMS,
+    METRIC_N_PARAMS_NON_EMBEDDING,
+    METRIC_FLOPS_PER_TOKEN,
+    METRIC_FLOPS_PER_TOKEN_DENSE,
+    METRIC_FLOPS_PER_TOKEN_TRAIN,
+    METRIC_MEM_ESTIMATE,
+)
+#: What each evaluation reports, with step = tokens seen.
+EVAL_METRICS = (METRIC_VAL_LOSS, METRIC_TRAIN_LOSS, METRIC_TOKENS_PER_S, METRIC_LR, METRIC_VAL_BPB)
+#: A trial's totals, logged once at its end.
+RESULT_METRICS = (METRIC_TOKENS, "steps", METRIC_WALL_S, METRIC_TRAIN_FLOPS, "mfu",
+                  METRIC_FINAL_VAL_LOSS)
+
+# ------------------------------------------------------------------------------- artifacts
+SPEC_ARTIFACT = "spec.yaml"
+TRIALS_ARTIFACT = "trials.csv"
+BEST_CONFIG_ARTIFACT = "best_config.yaml"
+FAIL_REASON_ARTIFACT = "fail_reason.txt"
+
+# ------------------------------------------------------- executor attributes and config keys
+#: Optuna user attributes and Ray Tune report keys (one spelling for both executors).
+ATTR_STATE = "sweep_state"
+ATTR_RUN_ID = "sweep_run_id"
+ATTR_REASON = "sweep_reason"
+ATTR_BEST_VAL_LOSS = "sweep_best_val_loss"
+ATTR_PROGRESS = "sweep_progress"
+#: Keys the Ray executor adds to a trial's config.
+CONFIG_TRIAL_NUMBER = "sweep.trial_number"
+CONFIG_MEMBER = "sweep.member"
+
+
+def run_name(number: int) -> str:
+    """The MLflow run name of trial ``number``: ``trial-<number>``."""
+    return f"trial-{number}"
+
+
+def count_metric(state: TrialState | str) -> str:
+    """The parent run's metric counting trials in ``state``: ``trials_<state>`` lower case."""
+    return f"trials_{TrialState(state).value.lower()}"
+
+
+def mutation_key(key: str) -> str:
+    """Metric and tag name of a hyperparameter changed during training: ``pbt.<key>``."""
+    return f"pbt.{key}"
+
+
+# ----------------------------------------------------------------------------- param codec
+def encode_param(value: Any) -> str:
+    """An MLflow param value: lists, tuples and dicts as JSON, anything else as ``str``."""
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def decode_param(text: str) -> Any:
+    """Invert `encode_param`: ``"128"`` -> 128, ``"True"`` -> True, ``"[0.9]"`` -> list."""
+    if text in ("True", "False"):
+        return text == "True"
+    if text == "None":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    if text[:1] in "[{":
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return text
+
+
+def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten sections to dotted keys: ``{"model": {"d_model": 64}}`` -> ``model.d_model``."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_params(value, prefix=f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def unflatten_params(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Invert `flatten_params`: ``model.d_model`` -> ``{"model": {"d_model": ...}}``."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        *heads, leaf = key.split(".")
+        for head in heads:
+            node = node.setdefault(head, {})
+        node[leaf] = value
+    return out
+
+
+def cost_metrics(estimate: Any) -> dict[str, float]:
+    """`COST_METRICS` from a `models.cost.CostEstimate` (or any object with its field names).
+
+    ``flops_per_token`` is the forward count over the kept query-key pairs,
+    ``flops_per_token_dense`` the dense-attention forward count (nanoGPT/PaLM convention),
+    ``flops_per_token_train`` forward + backward, ``mem_estimate_bytes`` the training total;
+    ``mem_estimate_bytes`` is nan for an estimate without a memory breakdown.
+    """
+    memory = getattr(estimate, "memory", None)
+    values = (
+        estimate.n_params,
+        estimate.n_params_non_embedding,
+        estimate.flops_per_token_fwd,
+        estimate.flops_per_token_dense_fwd,
+        estimate.flops_per_token_train,
+        memory.total if memory is not None else math.nan,
+    )
+    return {name: float(value) for name, value in zip(COST_METRICS, values, strict=True)}

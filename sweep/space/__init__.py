@@ -1,0 +1,56 @@
+"""Search spaces: the one place a `StudySpec` becomes sampler calls, configs and cost checks.
+
+Optuna samples define-by-run (`suggest`); Ray Tune reuses the same function through
+``OptunaSearch(space=define_by_run(spec))`` and rebuilds configs from its flat ``config`` dict
+with `configs_from_params`. Before a trial trains, `check_constraints` prices it with
+`models.cost.estimate` so an infeasible config costs no training; `summarize` prices a sample
+of the space once for preflight, ``sweep validate`` and the Ray schedulers.
+"""
+
+from sweep.space.algorithms import make_pruner, make_sampler, mutation_domains, pbt_mutations
+from sweep.space.constraints import (
+    CONSTRAINT_NAMES,
+    N_CONSTRAINTS,
+    check_constraints,
+    constraint_values,
+    constraints_func,
+    device_memory_bytes,
+    memory_limit_bytes,
+    record_constraints,
+    training_cost,
+)
+from sweep.space.sampling import (
+    InvalidConfig,
+    configs_from_params,
+    corner_params,
+    define_by_run,
+    sample_params,
+    suggest,
+)
+from sweep.space.summary import SpaceSummary, describe_space, grid_search_space, summarize
+
+__all__ = [
+    "CONSTRAINT_NAMES",
+    "N_CONSTRAINTS",
+    "InvalidConfig",
+    "SpaceSummary",
+    "check_constraints",
+    "configs_from_params",
+    "constraint_values",
+    "constraints_func",
+    "corner_params",
+    "define_by_run",
+    "describe_space",
+    "device_memory_bytes",
+    "grid_search_space",
+    "make_pruner",
+    "make_sampler",
+    "memory_limit_bytes",
+    "mutation_domains",
+    "pbt_mutations",
+    "record_constraints",
+    "sample_params",
+    "suggest",
+    "summarize",
+    "training_cost",
+]

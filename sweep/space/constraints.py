@@ -1,0 +1,137 @@
+"""The spec's constraints, checked with the cost model before a trial trains.
+
+An infeasible config costs no training; the constraint values also go to Optuna's
+``constraints_func``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from models.config import ModelConfig
+from sweep.spec import (
+    StudySpec,
+)
+from sweep.train.config import TrainConfig
+
+#: Constraint values per trial, in order: parameters, forward FLOPs per token, memory.
+CONSTRAINT_NAMES = ("max_params", "max_flops_per_token", "max_memory")
+
+
+N_CONSTRAINTS = len(CONSTRAINT_NAMES)
+
+
+# ----------------------------------------------------------------------------- constraints
+@functools.lru_cache(maxsize=8)
+def device_memory_bytes(device: str = "auto") -> int:
+    """Memory a trial on ``device`` may use: the CUDA device's total memory, else the host RAM.
+
+    Raises:
+        ValueError: For an unknown or unavailable device.
+    """
+    from sweep.train.hardware import pick_device
+
+    dev = pick_device(device)
+    if dev.type == "cuda":
+        import torch
+
+        return int(torch.cuda.get_device_properties(dev).total_memory)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def memory_limit_bytes(spec: StudySpec, device: str = "auto") -> float:
+    """``constraints.max_memory_gb`` in bytes, else the memory of ``device``."""
+    gb = spec.constraints.max_memory_gb
+    return gb * 1e9 if gb else float(device_memory_bytes(device))
+
+
+def training_cost(model_cfg: ModelConfig, train_cfg: TrainConfig, device: str) -> Any:
+    """The cost model's estimate for one training micro-batch of this trial on ``device``.
+
+    ``train.batch_size`` sequences of ``seq_len`` tokens, in the precision the trial will use
+    (``auto``: bf16 autocast where the device supports it) and with the attention kernels of
+    the device's type.
+
+    Returns:
+        A `models.cost.CostEstimate` (memory in bytes, FLOPs per token).
+
+    Raises:
+        ValueError: An unknown or unavailable device.
+    """
+    from models.cost import estimate
+    from sweep.train.hardware import autocast_dtype, pick_device
+
+    dev = pick_device(device)
+    dtype = "bf16" if autocast_dtype(train_cfg.precision, dev) is not None else "fp32"
+    return estimate(model_cfg, batch_size=train_cfg.batch_size, seq_len=model_cfg.seq_len,
+                    dtype=dtype, device=dev.type)
+
+
+def constraint_values(spec: StudySpec, cost: Any, *, memory_limit_bytes: float) -> list[float]:
+    """Optuna constraint values, <= 0 when feasible (`N_CONSTRAINTS` of them).
+
+    Relative excess of parameters, forward FLOPs per token and training memory over the spec's
+    limits; -1 where there is no limit.
+    """
+    c = spec.constraints
+    return [
+        cost.n_params / c.max_params - 1.0 if c.max_params else -1.0,
+        cost.flops_per_token_fwd / c.max_flops_per_token - 1.0 if c.max_flops_per_token
+        else -1.0,
+        cost.memory.total / memory_limit_bytes - 1.0,
+    ]
+
+
+def check_constraints(
+    spec: StudySpec, model_cfg: ModelConfig, train_cfg: TrainConfig, device: str | None = None
+) -> tuple[bool, str | None, Any]:
+    """Price a config with the cost model and check ``spec.constraints``.
+
+    Memory is the training estimate for one micro-batch (``train.batch_size`` sequences) in
+    the precision the trial will use; the default limit (``max_memory_gb`` unset) is the memory
+    of ``device`` (default: ``train.device``), CUDA total memory or host RAM.
+
+    Returns:
+        ``(ok, reason, cost)``: ``reason`` names each broken limit (None when ok); ``cost`` is
+        the `models.cost.CostEstimate`.
+    """
+    device = device or train_cfg.device
+    cost = training_cost(model_cfg, train_cfg, device)
+    c = spec.constraints
+    limit = memory_limit_bytes(spec, device)
+    reasons = []
+    if c.max_params and cost.n_params > c.max_params:
+        reasons.append(f"n_params={cost.n_params:,} > constraints.max_params={c.max_params:,}")
+    if c.max_flops_per_token and cost.flops_per_token_fwd > c.max_flops_per_token:
+        reasons.append(f"flops_per_token={cost.flops_per_token_fwd:.4g} > "
+                       f"constraints.max_flops_per_token={c.max_flops_per_token:.4g}")
+    if cost.memory.total > limit:
+        what = "constraints.max_memory_gb" if c.max_memory_gb else f"memory of {device}"
+        reasons.append(f"estimated memory {cost.memory.total / 1e9:.3g} GB > {what} "
+                       f"({limit / 1e9:.3g} GB)")
+    return not reasons, "; ".join(reasons) or None, cost
+
+
+def record_constraints(trial: Any, values: list[float]) -> None:
+    """Attach constraint values (from `constraint_values`) to an Optuna trial.
+
+    They go where Optuna 5 samplers read them (``Trial.set_constraint``, one key per entry of
+    `CONSTRAINT_NAMES`; TPE, GP and NSGA-II rank infeasible trials below feasible ones) and, for
+    the results table and `constraints_func`, into ``user_attrs["constraints"]``.
+    """
+    values = [float(v) for v in values]
+    trial.set_user_attr("constraints", values)
+    for name, value in zip(CONSTRAINT_NAMES, values, strict=True):
+        trial.set_constraint(name, value)
+
+
+def constraints_func(trial: Any) -> list[float]:
+    """``constraints_func`` for samplers built elsewhere: the values `record_constraints` stored.
+
+    Optuna 5 deprecates ``constraints_func`` in favour of ``Trial.set_constraint``, which
+    `record_constraints` already calls, so `make_sampler` does not pass this. A trial that
+    stored none (it failed before the check) counts as feasible.
+    """
+    return list(trial.user_attrs.get("constraints", [0.0] * N_CONSTRAINTS))

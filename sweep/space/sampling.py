@@ -1,0 +1,239 @@
+"""Sampling a spec's search space.
+
+Define-by-run for Optuna (and Ray Tune's ``OptunaSearch``), flat param dicts back to configs, random
+and corner draws.
+
+`suggest` walks the spec's keys in dependency order, asks the trial for each active domain
+(``model.d_model``, ``train.lr``, ...) and skips keys whose ``when`` is false, so conditional
+fields never reach the sampler. Optuna parameter names are the dotted spec paths; choice options
+that are not scalars (such as ``betas`` pairs) are passed to Optuna as their JSON text and
+decoded back here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from models.config import ModelConfig
+from models.errors import ConfigError
+from models.presets import preset_dict
+from sweep.spec import (
+    ChoiceDomain,
+    FloatDomain,
+    IntDomain,
+    SpecParam,
+    StudySpec,
+)
+from sweep.spec.rules import section_defaults
+from sweep.train.config import TrainConfig
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class InvalidConfig(ConfigError):
+    """Sampled values that make no valid model or train config; record the trial INFEASIBLE.
+
+    Attributes:
+        params: The flat parameters (dotted names) that produced it.
+    """
+
+    def __init__(self, message: str, params: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.params = dict(params or {})
+
+
+# ----------------------------------------------------------------------------- translation
+def choice_labels(domain: ChoiceDomain) -> list[Any]:
+    """Optuna categorical choices: the options, or their JSON text if any is not a scalar."""
+    if all(isinstance(o, _SCALARS) for o in domain.options):
+        return list(domain.options)
+    return [json.dumps(o) for o in domain.options]
+
+
+def _decode(domain: ChoiceDomain, value: Any) -> Any:
+    labels = choice_labels(domain)
+    if labels is not domain.options and value in labels and isinstance(value, str):
+        return domain.options[labels.index(value)]
+    return value
+
+
+def _active(spec: StudySpec, param: SpecParam, values: Mapping[str, Any]) -> bool:
+    """Whether every ``when`` of ``param`` holds for the values chosen so far."""
+    for path, allowed in spec.conditions(param).items():
+        section, name = path.split(".", 1)
+        value = values[path] if path in values else section_defaults(spec, section).get(name)
+        if value not in allowed:
+            return False
+    return True
+
+
+def _sample(trial: Any, spec: StudySpec) -> dict[str, Any]:
+    """Walk the spec define-by-run; returns every active key's value (fixed ones included)."""
+    values: dict[str, Any] = {}
+    for p in spec.params():
+        if not _active(spec, p, values):
+            continue
+        d = p.domain
+        if d is None:
+            values[p.path] = p.value
+        elif isinstance(d, FloatDomain):
+            values[p.path] = trial.suggest_float(p.path, *d.bounds, log=d.log, step=d.step)
+        elif isinstance(d, IntDomain):
+            values[p.path] = trial.suggest_int(p.path, *d.bounds, step=d.step, log=d.log)
+        else:
+            values[p.path] = _decode(d, trial.suggest_categorical(p.path, choice_labels(d)))
+    return values
+
+
+def _build(spec: StudySpec, values: Mapping[str, Any]) -> tuple[ModelConfig, TrainConfig]:
+    model = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("model.")}
+    train = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("train.")}
+    preset = model.pop("preset", None)
+    d_head = model.pop("d_head", None)
+    d_ff_ratio = model.pop("d_ff_ratio", None)
+    merged = {**(preset_dict(preset) if preset else {}), **model}
+    if spec.data.vocab_size and "vocab_size" not in merged:
+        merged["vocab_size"] = spec.data.vocab_size
+    d_model = merged.get("d_model", section_defaults(spec, "model")["d_model"])
+    if d_head is not None:
+        if d_model % d_head:
+            raise InvalidConfig(
+                f"model.d_model={d_model} is not divisible by model.d_head={d_head}", values)
+        merged["n_heads"] = d_model // d_head
+    if d_ff_ratio is not None:
+        merged["d_ff"] = max(1, round(d_ff_ratio * d_model))
+    try:
+        model_cfg = ModelConfig.from_dict(merged)
+    except ConfigError as exc:
+        raise InvalidConfig(f"model: {exc}", values) from None
+    try:
+        train_cfg = TrainConfig.from_dict(train)
+    except ConfigError as exc:
+        raise InvalidConfig(f"train: {exc}", values) from None
+    return model_cfg, train_cfg
+
+
+def suggest(trial: Any, spec: StudySpec) -> tuple[ModelConfig, TrainConfig]:
+    """Sample one trial's configs define-by-run.
+
+    Args:
+        trial: An ``optuna.trial.BaseTrial`` (``Trial``, ``FixedTrial``) or anything with its
+            ``suggest_float/int/categorical`` methods (Ray's suggest captor).
+        spec: The study.
+
+    Returns:
+        The validated ``(ModelConfig, TrainConfig)``.
+
+    Raises:
+        InvalidConfig: The sampled values make no valid config (e.g. ``d_model`` not divisible
+            by ``n_heads`` when both are searched); the executor records the trial INFEASIBLE.
+        ValueError: A ``FixedTrial`` lacks an active parameter.
+    """
+    return _build(spec, _sample(trial, spec))
+
+
+def define_by_run(spec: StudySpec) -> Callable[[Any], None]:
+    """A define-by-run function for ``ray.tune.search.optuna.OptunaSearch(space=...)``.
+
+    It only suggests (no config building, as Ray asks); Ray's config then holds the sampled
+    dotted parameters, which `configs_from_params` turns into configs inside the trainable.
+    """
+
+    def space(trial: Any) -> None:
+        _sample(trial, spec)
+        return None
+
+    return space
+
+
+def configs_from_params(
+    spec: StudySpec, params: Mapping[str, Any]
+) -> tuple[ModelConfig, TrainConfig]:
+    """Configs from a flat dict of dotted parameters (a Ray config, an Optuna ``trial.params``).
+
+    Keys for the spec's fixed fields override them (population-based training mutates, e.g.,
+    ``train.lr`` of a spec where it is fixed). Keys of neither section are ignored.
+
+    Raises:
+        InvalidConfig: A missing active parameter, a value outside its domain, an unknown
+            ``model.``/``train.`` key, or values that make no valid config.
+    """
+    params = dict(params)
+    by_path = {p.path: p for p in spec.params()}
+    for key in params:
+        if key.startswith(("model.", "train.")) and key not in by_path:
+            section, name = key.split(".", 1)
+            known = section_defaults(spec, section)
+            if name not in known and not (section == "model" and name in ("d_head",
+                                                                          "d_ff_ratio")):
+                raise InvalidConfig(f"{key}: unknown {section} field", params)
+    values: dict[str, Any] = {}
+    for p in spec.params():
+        if not _active(spec, p, values):
+            continue
+        if p.domain is None:
+            values[p.path] = params.get(p.path, p.value)
+            continue
+        if p.path not in params:
+            raise InvalidConfig(f"{p.path}: missing (an active parameter of the space)", params)
+        value = params[p.path]
+        if isinstance(p.domain, ChoiceDomain):
+            value = _decode(p.domain, value)
+            if isinstance(value, tuple):
+                value = list(value)
+            if value not in p.domain.options:
+                raise InvalidConfig(f"{p.path}={value!r} is not one of the choices", params)
+        else:
+            lo, hi = p.domain.bounds
+            if not isinstance(value, (int, float)) or isinstance(value, bool) \
+                    or not lo <= value <= hi:
+                raise InvalidConfig(f"{p.path}={value!r} is outside [{lo}, {hi}]", params)
+            if isinstance(p.domain, IntDomain):
+                value = int(value)
+        values[p.path] = value
+    for key, value in params.items():  # mutated keys the spec leaves at their default
+        if key.startswith(("model.", "train.")) and key not in values and key not in by_path:
+            values[key] = value
+    return _build(spec, values)
+
+
+def sample_params(spec: StudySpec, n: int, *, seed: int | None = None) -> list[dict[str, Any]]:
+    """Draw ``n`` flat parameter dicts uniformly at random (conditions honoured).
+
+    Used for PBT's initial population and for `sweep validate`'s cost range.
+    """
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(
+        seed=spec.search.seed if seed is None else seed))
+    out = []
+    for _ in range(n):
+        trial = study.ask()
+        _sample(trial, spec)
+        out.append(dict(trial.params))
+    return out
+
+
+def corner_params(spec: StudySpec) -> list[dict[str, Any]]:
+    """Two corners of the space: all domains at their low end / first choice, then high / last.
+
+    These are usually the smallest and the largest model of the space.
+    """
+    corners = []
+    for end in (0, -1):
+        values: dict[str, Any] = {}
+        for p in spec.params():
+            if p.domain is None or not _active(spec, p, {**values, **_fixed(spec)}):
+                continue
+            d = p.domain
+            values[p.path] = (choice_labels(d)[end] if isinstance(d, ChoiceDomain)
+                              else d.bounds[end])
+        corners.append(values)
+    return corners
+
+
+def _fixed(spec: StudySpec) -> dict[str, Any]:
+    return {p.path: p.value for p in spec.params() if p.domain is None}

@@ -1,0 +1,159 @@
+"""Search domains of a spec's ``model`` and ``train`` keys.
+
+``{float: ...}``, ``{int: ...}``, ``{choice: ...}`` or a fixed value, and `SpecParam`, one key with
+its domain.
+
+A domain with ``when`` is only sampled while every named field takes one of the listed values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+
+# ----------------------------------------------------------------------------------- domains
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+class _Domain(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    when: dict[str, list[Any]] | None = None
+
+    @field_validator("when", mode="before")
+    @classmethod
+    def _when_lists(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: _as_list(v) for k, v in value.items()}
+        return value
+
+    @field_validator("when")
+    @classmethod
+    def _when_nonempty(cls, value: dict[str, list[Any]] | None) -> Any:
+        if value is not None and (not value or any(not v for v in value.values())):
+            raise ValueError("when needs at least one field with at least one value")
+        return value
+
+
+class FloatDomain(_Domain):
+    """``{float: [lo, hi], log: bool, step: x}``: a real interval (Optuna FloatDistribution)."""
+
+    bounds: tuple[float, float] = Field(alias="float")
+    log: bool = False
+    step: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> FloatDomain:
+        lo, hi = self.bounds
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(f"bounds must be finite, got [{lo}, {hi}]")
+        if lo > hi:
+            raise ValueError(f"lo={lo} > hi={hi}")
+        if self.log and lo <= 0:
+            raise ValueError(f"log: true needs lo > 0, got lo={lo}")
+        if self.log and self.step is not None:
+            raise ValueError("log: true cannot be combined with step")
+        return self
+
+
+class IntDomain(_Domain):
+    """``{int: [lo, hi], step: k, log: bool}``: integers lo, lo+k, ..., hi (IntDistribution)."""
+
+    bounds: tuple[int, int] = Field(alias="int")
+    step: int = Field(default=1, ge=1)
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> IntDomain:
+        lo, hi = self.bounds
+        if lo > hi:
+            raise ValueError(f"lo={lo} > hi={hi}")
+        if self.log and lo <= 0:
+            raise ValueError(f"log: true needs lo > 0, got lo={lo}")
+        if self.log and self.step != 1:
+            raise ValueError("log: true needs step 1")
+        if (hi - lo) % self.step:
+            raise ValueError(f"hi - lo = {hi - lo} is not a multiple of step={self.step}")
+        return self
+
+    def values(self) -> range:
+        lo, hi = self.bounds
+        return range(lo, hi + 1, self.step)
+
+
+class ChoiceDomain(_Domain):
+    """``{choice: [a, b, ...]}``: one of the listed values (CategoricalDistribution)."""
+
+    options: list[Any] = Field(alias="choice", min_length=1)
+
+    @field_validator("options")
+    @classmethod
+    def _unique(cls, value: list[Any]) -> list[Any]:
+        seen = [json.dumps(v, sort_keys=True) for v in value]
+        dup = sorted({s for s in seen if seen.count(s) > 1})
+        if dup:
+            raise ValueError(f"duplicate choice(s): {', '.join(dup)}")
+        return value
+
+
+Domain = FloatDomain | IntDomain | ChoiceDomain
+
+
+def _param_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        kinds = [k for k in ("float", "int", "choice") if k in value]
+        if len(kinds) == 1:
+            return f"<{kinds[0]}>"
+        return "<bad>"
+    return "<fixed>"
+
+
+Param = Annotated[
+    Annotated[FloatDomain, Tag("<float>")]
+    | Annotated[IntDomain, Tag("<int>")]
+    | Annotated[ChoiceDomain, Tag("<choice>")]
+    | Annotated[Any, Tag("<fixed>")],
+    Discriminator(
+        _param_kind,
+        custom_error_type="param",
+        custom_error_message="expected a fixed value or exactly one of {float: [lo, hi]}, "
+        "{int: [lo, hi]}, {choice: [...]}",
+    ),
+]
+
+
+# ------------------------------------------------------------------------------- parameters
+@dataclass(frozen=True)
+class SpecParam:
+    """One ``model`` or ``train`` key: its dotted ``path`` and a domain or fixed ``value``."""
+
+    section: str
+    name: str
+    value: Any
+
+    @property
+    def path(self) -> str:
+        return f"{self.section}.{self.name}"
+
+    @property
+    def domain(self) -> Domain | None:
+        return self.value if isinstance(self.value, (FloatDomain, IntDomain, ChoiceDomain)) \
+            else None
+
+    @property
+    def when(self) -> dict[str, list[Any]]:
+        return dict(self.domain.when or {}) if self.domain is not None else {}

@@ -1,0 +1,89 @@
+"""Whether a stored study can resume under a changed spec: its search domains compared as types.
+
+Optuna refuses to continue a study whose distributions changed in kind, choices or log scale
+(``optuna.distributions.check_distribution_compatibility``); the same rule is applied here to
+the stored and new specs before anything is written, with a message naming the parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from sweep.spec.domains import ChoiceDomain, Domain, FloatDomain, IntDomain, Param
+
+__all__ = ["ResumeError", "check_resume_compatible"]
+
+_PARAM = TypeAdapter(Param)
+_KIND = {FloatDomain: "float", IntDomain: "int", ChoiceDomain: "choice"}
+
+
+class ResumeError(ValueError):
+    """A study cannot resume because its spec changed a search domain incompatibly."""
+
+
+def _typed(value: Any) -> Domain | None:
+    """The domain a spec value declares (as `sweep.spec` parses it), or None for a fixed value.
+
+    A stored value that no longer parses as a domain counts as a fixed value.
+    """
+    try:
+        parsed = _PARAM.validate_python(value)
+    except ValidationError:
+        return None
+    return parsed if type(parsed) in _KIND else None
+
+
+def _shown(domain: Domain) -> dict[str, Any]:
+    return domain.model_dump(by_alias=True, exclude_none=True)
+
+
+def check_resume_compatible(old_spec: Mapping[str, Any], new_spec: Mapping[str, Any]) -> list[str]:
+    """Check that a study logged with ``old_spec`` can resume under ``new_spec``.
+
+    Both are plain spec dicts (the stored ``spec.yaml`` and the new spec's dump). Their
+    ``model`` and ``train`` values are parsed into `FloatDomain` / `IntDomain` / `ChoiceDomain`
+    (or fixed values) and compared the way Optuna's ``check_distribution_compatibility`` does:
+    a domain's kind, a categorical's choices and a float/int domain's ``log`` flag must not
+    change. Other differences (ranges, steps, fixed values, added or removed parameters) are
+    allowed and returned as notes.
+
+    Returns:
+        Human-readable notes on the allowed differences (empty when the domains agree).
+
+    Raises:
+        ResumeError: Naming the parameter and both domains (for choices, both choice lists).
+    """
+    notes = []
+    for section in ("model", "train"):
+        old = {f"{section}.{k}": v for k, v in (old_spec.get(section) or {}).items()}
+        new = {f"{section}.{k}": v for k, v in (new_spec.get(section) or {}).items()}
+        for name in sorted(set(old) | set(new)):
+            if name not in new or name not in old:
+                notes.append(f"{name} {'removed' if name not in new else 'added'}")
+                continue
+            a, b = _typed(old[name]), _typed(new[name])
+            if a is None and b is None:
+                if old[name] != new[name]:
+                    notes.append(f"{name} fixed value {old[name]!r} -> {new[name]!r}")
+                continue
+            if a is None or b is None or type(a) is not type(b):
+                raise ResumeError(
+                    f"cannot resume: {name} changed from {old[name]!r} to {new[name]!r}; "
+                    "start a new study instead"
+                )
+            if isinstance(a, ChoiceDomain) and a.options != b.options:
+                raise ResumeError(
+                    f"cannot resume: the choices of {name} changed from {a.options} "
+                    f"to {b.options}; start a new study instead"
+                )
+            if not isinstance(a, ChoiceDomain) and a.log != b.log:
+                raise ResumeError(
+                    f"cannot resume: {name} changed log={a.log} to log={b.log}; start a new "
+                    "study instead"
+                )
+            if a != b:
+                notes.append(f"{name} domain {_shown(a)} -> {_shown(b)}")
+    return notes

@@ -1,0 +1,267 @@
+"""The sections of a study spec as pydantic models, and `StudySpec`, the validated whole.
+
+Field types and ranges are checked here; the rules across fields live in `sweep.spec.rules`,
+which `sweep.spec.loader.parse_spec` runs after these models validate.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from sweep.schema import METRIC_VAL_LOSS
+from sweep.spec.domains import Param, SpecParam
+from sweep.spec.fields import DATA_SCHEMES, OBJECTIVES
+from sweep.train.config import BUDGET_FIELDS as _BUDGET_FIELDS
+
+
+# ---------------------------------------------------------------------------------- sections
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataSpec(_Section):
+    """``data``: a corpus URI (see `sweep.data`) and an optional vocabulary size."""
+
+    uri: str
+    vocab_size: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        return {"uri": value} if isinstance(value, str) else value
+
+    @field_validator("uri")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        scheme, sep, rest = value.partition(":")
+        if not sep or scheme not in DATA_SCHEMES or not rest:
+            raise ValueError(f"{value!r} is not scheme:..., scheme one of "
+                             f"{', '.join(DATA_SCHEMES)}")
+        return value
+
+
+class PBTSpec(_Section):
+    """``search.pbt``: population-based training (Jaderberg et al. 2017) with Ray Tune.
+
+    Intervals are in training tokens; members copy the weights of a better member and perturb
+    ``hyperparam_mutations`` every ``perturbation_interval`` tokens. ``synch: false`` (default)
+    is the asynchronous form: each member is compared with whatever the others last reported
+    when it reaches its own interval, so which members overlap depends on timing. ``synch: true``
+    is the synchronous form (Jaderberg et al. 2017, appendix A.1; Ray Tune's ``synch``): members
+    wait at every interval until all live members reach it, then the bottom quantile exploits
+    the top one; reproducible, at the cost of idle members while the slowest catches up.
+    """
+
+    perturbation_interval: int = Field(gt=0)
+    checkpoint_interval: int | None = Field(default=None, gt=0)
+    hyperparam_mutations: dict[str, Param] = Field(min_length=1)
+    quantile_fraction: float = Field(default=0.25, gt=0, le=0.5)
+    resample_probability: float = Field(default=0.25, ge=0, le=1)
+    synch: bool = False
+
+
+Sampler = Literal["tpe", "gp", "cmaes", "random", "grid", "nsga2"]
+
+
+Pruner = Literal["hyperband", "sha", "median", "none"]
+
+
+Scheduler = Literal["asha", "hyperband", "median", "pbt", "none"]
+
+
+class SearchSpec(_Section):
+    """``search``: executor, algorithm, trial count and storage."""
+
+    executor: Literal["optuna", "ray"] = "optuna"
+    sampler: Sampler | None = None
+    pruner: Pruner | None = None
+    scheduler: Scheduler | None = None
+    n_trials: int = Field(default=20, ge=1)
+    parallel: int = Field(default=1, ge=1)
+    objectives: list[Literal[OBJECTIVES]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: [METRIC_VAL_LOSS], min_length=1
+    )
+    directions: list[Literal["minimize", "maximize"]] | None = None
+    storage: str | None = None
+    seed: int = 0
+    timeout_s: float | None = Field(default=None, gt=0)
+    n_startup_trials: int | None = Field(default=None, ge=0)
+    population_size: int | None = Field(default=None, ge=2)
+    pbt: PBTSpec | None = None
+
+    @model_validator(mode="after")
+    def _defaults(self) -> SearchSpec:
+        multi = len(self.objectives) > 1
+        sets = object.__setattr__
+        if self.directions is None:
+            sets(self, "directions", ["minimize"] * len(self.objectives))
+        if self.sampler is None:
+            sets(self, "sampler", "random" if self.scheduler == "pbt" else "tpe")
+        if self.pruner is None:
+            sets(self, "pruner", "hyperband" if self.executor == "optuna" and not multi
+                 else "none")
+        if self.scheduler is None:
+            sets(self, "scheduler", "asha" if self.executor == "ray" and not multi else "none")
+        return self
+
+
+class ConstraintsSpec(_Section):
+    """``constraints``: checked with the cost model before a trial trains.
+
+    ``max_memory_gb`` None means the memory of the device the trial runs on.
+    """
+
+    max_params: int | None = Field(default=None, gt=0)
+    max_flops_per_token: float | None = Field(default=None, gt=0)
+    max_memory_gb: float | None = Field(default=None, gt=0)
+
+
+class ResourcesSpec(_Section):
+    """``resources``: per-trial Ray resources (GPUs may be fractional)."""
+
+    cpus_per_trial: float = Field(default=1.0, gt=0)
+    gpus_per_trial: float = Field(default=0.0, ge=0)
+
+    @field_validator("gpus_per_trial")
+    @classmethod
+    def _whole_above_one(cls, value: float) -> float:
+        if value > 1 and value != int(value):
+            raise ValueError(f"{value} GPUs: more than one GPU per trial must be a whole number")
+        return value
+
+
+class TrackingSpec(_Section):
+    """``tracking``: MLflow URI (None: ``sqlite:///<out>/mlflow.db``) and experiment name."""
+
+    uri: str | None = None
+    experiment: str | None = None
+
+
+class StudySpec(BaseModel):
+    """A validated study spec. Construct with `load_spec` / `parse_spec`.
+
+    Raises:
+        pydantic.ValidationError: On direct construction with bad values (`parse_spec` turns
+            these into `SpecError`).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
+    description: str = ""
+    data: DataSpec
+    model: dict[str, Param] = Field(default_factory=dict)
+    train: dict[str, Param] = Field(default_factory=dict)
+    search: SearchSpec = Field(default_factory=SearchSpec)
+    constraints: ConstraintsSpec = Field(default_factory=ConstraintsSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+
+    @model_validator(mode="after")
+    def _default_experiment(self) -> StudySpec:
+        if self.tracking.experiment is None:
+            object.__setattr__(self, "tracking",
+                               self.tracking.model_copy(update={"experiment": self.name}))
+        return self
+
+    # ------------------------------------------------------------------------- accessors
+    def params(self) -> list[SpecParam]:
+        """All ``model`` and ``train`` keys in define-by-run order.
+
+        Each key comes after the keys its ``when`` names.
+        """
+        return ordered(self)
+
+    def searched(self) -> list[SpecParam]:
+        """The keys with a domain (the search space), in define-by-run order."""
+        return [p for p in self.params() if p.domain is not None]
+
+    def conditions(self, param: SpecParam) -> dict[str, list[Any]]:
+        """``param``'s ``when`` with each referenced field as a dotted path."""
+        out = {}
+        for key, allowed in param.when.items():
+            ref = resolve_ref(self, param.section, key)
+            out[f"{ref[0]}.{ref[1]}" if ref else key] = allowed
+        return out
+
+    def budget(self) -> tuple[str, Any]:
+        """The training budget: (``tokens``|``flops``|``steps``|``seconds``, value or domain)."""
+        name = next(k for k in _BUDGET_FIELDS if k in self.train)
+        return name, self.train[name]
+
+    def objective_directions(self) -> list[tuple[str, str]]:
+        return list(zip(self.search.objectives, self.search.directions or [], strict=True))
+
+    def storage_url(self, out_dir: str | Path) -> str:
+        """Optuna storage: the spec's RDB URL or journal file, else ``<out>/optuna.journal``."""
+        return self.search.storage or str(Path(out_dir) / "optuna.journal")
+
+    def tracking_uri(self, out_dir: str | Path) -> str:
+        """MLflow tracking URI: the spec's, ``MLFLOW_TRACKING_URI``, or the study's SQLite file.
+
+        The last is ``sqlite:///<out>/mlflow.db`` with an absolute path.
+        """
+        from sweep.tracking.uris import default_tracking_uri  # MLflow only when asked
+
+        return (self.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
+                or default_tracking_uri(out_dir))
+
+    def tracking_uri_source(self) -> str:
+        """Where `tracking_uri` comes from, for messages.
+
+        Returns:
+            ``tracking.uri``, ``MLFLOW_TRACKING_URI`` or ``default``.
+        """
+        if self.tracking.uri:
+            return "tracking.uri"
+        return "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "default"
+
+    def default_output_dir(self) -> Path:
+        return Path("runs") / self.name
+
+
+def resolve_ref(spec: StudySpec, section: str, key: str) -> tuple[str, str] | None:
+    """The (section, field) a ``when`` key names: dotted, or this section first, or None."""
+    if "." in key:
+        sec, _, name = key.partition(".")
+        return (sec, name) if sec in ("model", "train") and name in getattr(spec, sec) else None
+    for sec in (section, "train" if section == "model" else "model"):
+        if key in getattr(spec, sec):
+            return sec, key
+    return None
+
+
+def ordered(spec: StudySpec) -> list[SpecParam]:
+    """Topological order of the params by their ``when`` references (stable otherwise)."""
+    params = {(s, n): SpecParam(s, n, v) for s in ("model", "train")
+              for n, v in getattr(spec, s).items()}
+    done: dict[tuple[str, str], None] = {}
+    visiting: list[tuple[str, str]] = []
+
+    def visit(key: tuple[str, str]) -> None:
+        if key in done:
+            return
+        if key in visiting:
+            cycle = " -> ".join(f"{s}.{n}" for s, n in [*visiting[visiting.index(key):], key])
+            raise ValueError(f"{key[0]}.{key[1]}.when: conditions form a cycle: {cycle}")
+        visiting.append(key)
+        for ref_key in params[key].when:
+            ref = resolve_ref(spec, key[0], ref_key)
+            if ref is not None:
+                visit(ref)
+        visiting.pop()
+        done[key] = None
+
+    for key in params:
+        visit(key)
+    return [params[k] for k in done]

@@ -1,0 +1,205 @@
+"""Run a study end to end: the driver behind ``sweep run``.
+
+Data flow (``docs/architecture.md``): the validated spec -> preflight (`sweep.study.preflight`)
+-> the study's MLflow parent run -> the executor's trials (each through `sweep.study.trial`) ->
+the parent run's summary (best val loss, counts per state, ``trials.csv``, best config, plots).
+
+Everything a study writes goes under its output folder, ``./runs/<name>/`` by default: the
+corpus cache (``data/``), the Optuna journal, checkpoints and the default MLflow store
+(``mlflow.db`` with artifacts in ``mlartifacts/``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweep import tracking
+from sweep.data import Corpus
+from sweep.executors import get_executor
+from sweep.schema import METRIC_BEST_VAL_LOSS
+from sweep.space import SpaceSummary
+from sweep.spec import StudySpec, parse_spec, spec_hash
+from sweep.study.preflight import PreflightError, preflight
+from sweep.study.progress import ProgressView
+from sweep.study.summary import finish_study
+from sweep.study.trial import StudyContext
+from sweep.tracking import StudyTracker
+
+
+@dataclass
+class StudySummary:
+    """What ``sweep run`` reports at the end.
+
+    Attributes:
+        name: Study name.
+        out_dir: The study's output folder.
+        tracking_uri: The MLflow store holding its runs.
+        parent_run_id: The study's parent run.
+        state: ``COMPLETE`` when at least one trial completed, else ``FAILED``.
+        counts: Trials per state.
+        best_val_loss: Best val loss over completed trials, nats/token (nan if none).
+        best_trial: Its trial number.
+        baseline_unigram_loss: The corpus's unigram entropy on val, nats/token.
+    """
+
+    name: str
+    out_dir: Path
+    tracking_uri: str
+    parent_run_id: str
+    state: str
+    counts: dict[str, int] = field(default_factory=dict)
+    best_val_loss: float = math.nan
+    best_trial: int | None = None
+    baseline_unigram_loss: float = math.nan
+
+
+def algorithm_name(spec: StudySpec) -> str:
+    """Tag ``sweep.algorithm``: sampler and pruner (Optuna) or search and scheduler (Ray)."""
+    s = spec.search
+    if s.executor == "ray":
+        return f"{s.sampler}+{s.scheduler}"
+    return f"{s.sampler}+{s.pruner}"
+
+
+_PRUNER_TO_SCHEDULER = {"hyperband": "hyperband", "sha": "asha", "median": "median",
+                        "none": "none"}
+
+
+_SCHEDULER_TO_PRUNER = {v: k for k, v in _PRUNER_TO_SCHEDULER.items()}
+
+
+def with_overrides(spec: StudySpec, *, executor: str | None = None,
+                   n_trials: int | None = None) -> StudySpec:
+    """The spec with ``--executor`` / ``--trials`` applied (validated again).
+
+    Switching executors carries the early-stopping rule over: Optuna's ``sha`` pruner is Ray's
+    ``asha`` scheduler, ``hyperband`` and ``median`` keep their names.
+
+    Raises:
+        SpecError: If the override makes the spec invalid (e.g. PBT with the Optuna executor).
+    """
+    if executor is None and n_trials is None:
+        return spec
+    data = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    search = data["search"]
+    if executor is not None and executor != spec.search.executor:
+        search["executor"] = executor
+        # The same early-stopping rule under the other executor's name.
+        if executor == "ray":
+            pruner = search.pop("pruner", "none")
+            search["scheduler"] = _PRUNER_TO_SCHEDULER[pruner]
+        elif search.get("scheduler", "none") in _SCHEDULER_TO_PRUNER:
+            search["pruner"] = _SCHEDULER_TO_PRUNER[search.pop("scheduler", "none")]
+    if n_trials is not None:
+        data["search"]["n_trials"] = n_trials
+    return parse_spec(data)
+
+
+def run_study(
+    spec: StudySpec,
+    *,
+    out_dir: Path | str | None = None,
+    quiet: bool = False,
+    ray_address: str | None = None,
+    device: str | None = None,
+    console: Any = None,
+) -> StudySummary:
+    """Run ``spec``'s trials with its executor and summarise them in MLflow.
+
+    A study whose folder already holds runs of the same name is resumed: its Optuna study
+    continues and the parent run is reopened.
+
+    Args:
+        spec: The validated spec (with any CLI overrides applied).
+        out_dir: Output folder; default ``./runs/<name>``.
+        quiet: No progress display.
+        ray_address: Ray cluster address for the ``ray`` executor (default: local Ray).
+        device: Training device override (``cpu``, ``cuda``...); default: the train config's.
+        console: A rich Console for the progress view.
+
+    Returns:
+        The `StudySummary`.
+
+    Raises:
+        PreflightError: The study could never train a trial (see `preflight`), or Ray
+            refused the connection.
+        sweep.tracking.ResumeError: The stored study cannot continue under this spec.
+        sweep.data.DataError: The corpus cannot be prepared.
+    """
+    out = Path(out_dir) if out_dir is not None else spec.default_output_dir()
+    created = not out.exists()
+    corpus, space_summary = preflight(spec, out, device=device, ray_address=ray_address)
+    with contextlib.ExitStack() as stack:
+        if spec.search.executor == "ray":
+            try:
+                stack.enter_context(_ray_connection(ray_address))
+            except PreflightError:
+                if created:
+                    shutil.rmtree(out, ignore_errors=True)
+                raise
+        return _run(spec, out, corpus, space_summary, quiet=quiet, ray_address=ray_address,
+                    device=device, console=console)
+
+
+@contextlib.contextmanager
+def _ray_connection(address: str | None):
+    """Connect to Ray (`sweep.executors.ray.init_ray`) before the study writes its parent run.
+
+    Raises:
+        PreflightError: Ray refused the connection (e.g. a cluster with token authentication
+            and no token here), naming ``--address`` or ``RAY_ADDRESS``.
+    """
+    from sweep.executors.ray import init_ray  # Ray only for a Ray study
+
+    try:
+        started = init_ray(address)
+    except ConnectionError as exc:
+        source, value = ("--address", address) if address else \
+            ("RAY_ADDRESS", os.environ.get("RAY_ADDRESS", "auto"))
+        raise PreflightError(
+            f"{source} {value}: Ray could not connect ({exc}); a cluster with token "
+            "authentication also needs RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN or "
+            "~/.ray/auth_token) here") from None
+    try:
+        yield
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+
+
+def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary, *,
+         quiet: bool, ray_address: str | None, device: str | None,
+         console: Any) -> StudySummary:
+    uri = spec.tracking_uri(out)
+    plain = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    # The stored spec (parent run's spec.yaml) keeps no passwords of storage or tracking URLs.
+    if plain["search"].get("storage"):
+        plain["search"]["storage"] = tracking.shown_uri(plain["search"]["storage"])
+    if plain.get("tracking", {}).get("uri"):
+        plain["tracking"]["uri"] = tracking.shown_uri(plain["tracking"]["uri"])
+    executor = get_executor(spec.search.executor)
+    tracker = StudyTracker.start(uri, spec.tracking.experiment, plain,
+                                 executor=spec.search.executor, algorithm=algorithm_name(spec),
+                                 resume=True, spec_hash=spec_hash(spec))
+    with tracker:
+        tracker.log_baseline(corpus.baseline_unigram_loss)
+        ctx = StudyContext(spec, out, tracker.context, device=device, summary=space_summary,
+                           _corpus=[corpus])
+        with ProgressView(spec.name, spec.search.n_trials, quiet=quiet,
+                          console=console) as view:
+            study = executor.run(ctx, spec.search.n_trials, view, address=ray_address)
+        names = list(spec.search.objectives) if len(spec.search.objectives) > 1 else None
+        result = finish_study(tracker, study, objective_names=names)
+    return StudySummary(
+        name=spec.name, out_dir=out, tracking_uri=uri, parent_run_id=tracker.parent_run_id,
+        state=result["state"], counts=result["counts"], best_val_loss=result[METRIC_BEST_VAL_LOSS],
+        best_trial=result["best_trial"], baseline_unigram_loss=corpus.baseline_unigram_loss,
+    )

@@ -1,0 +1,45 @@
+"""Writing and reading a study's MLflow runs; the names themselves live in `sweep.schema`.
+
+`StudyTracker` (``study_run``) is the study's parent run, `TrialContext` / `TrialRun`
+(``trial_run``) a trial's child run, ``reader`` reads runs back, ``uris`` handles store
+addresses. Every write names its run id explicitly, so trials in threads, processes or Ray
+workers on other machines do not collide.
+"""
+
+from sweep.spec.resume import ResumeError, check_resume_compatible
+from sweep.tracking.reader import (
+    find_study,
+    find_trial_run,
+    list_studies,
+    read_trials,
+    val_loss_histories,
+)
+from sweep.tracking.study_run import StudyTracker
+from sweep.tracking.trial_run import TrialContext, TrialRun
+from sweep.tracking.uris import (
+    UnreachableStoreError,
+    absolute_uri,
+    check_reachable,
+    default_tracking_uri,
+    ensure_store,
+    shown_uri,
+)
+
+__all__ = [
+    "ResumeError",
+    "StudyTracker",
+    "TrialContext",
+    "TrialRun",
+    "UnreachableStoreError",
+    "absolute_uri",
+    "check_reachable",
+    "check_resume_compatible",
+    "default_tracking_uri",
+    "ensure_store",
+    "find_study",
+    "find_trial_run",
+    "list_studies",
+    "read_trials",
+    "shown_uri",
+    "val_loss_histories",
+]

@@ -1,0 +1,111 @@
+"""Reading a study back from MLflow.
+
+Which studies a store holds, a study's trial runs, their val-loss curves, one trial's run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+
+from sweep.schema import (
+    KIND_STUDY,
+    METRIC_VAL_LOSS,
+    TAG_FAIL_REASON,
+    TAG_KIND,
+    TAG_STATE,
+    TAG_TRIAL_NUMBER,
+    TrialState,
+    decode_param,
+)
+from sweep.tracking.trial_run import TrialContext
+
+
+def latest_parent(client: MlflowClient, experiment_id: str) -> Any:
+    runs = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{TAG_KIND}` = '{KIND_STUDY}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    return runs[0] if runs else None
+
+
+def find_study(tracking_uri: str, study_name: str) -> tuple[str, str] | None:
+    """``(experiment_id, parent_run_id)`` of the latest parent run of ``study_name``, or None."""
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(study_name)
+    parent = latest_parent(client, experiment.experiment_id) if experiment else None
+    return (experiment.experiment_id, parent.info.run_id) if parent else None
+
+
+def list_studies(tracking_uri: str) -> list[str]:
+    """Names of the experiments in the store that hold a study parent run."""
+    client = MlflowClient(tracking_uri)
+    return [
+        e.name
+        for e in client.search_experiments()
+        if latest_parent(client, e.experiment_id) is not None
+    ]
+
+
+def read_trials(tracking_uri: str, experiment_id: str, parent_run_id: str) -> list[dict]:
+    """All trial runs of a study, one dict each, in trial-number order.
+
+    Returns:
+        Dicts with ``trial`` (int), ``run_id``, ``state``, ``fail_reason`` (str or None),
+        ``params`` (dotted keys, values decoded with `sweep.schema.decode_param`),
+        ``metrics`` (latest
+        value of each metric; ``val_loss`` is the final one), ``start_time``/``end_time`` (ms).
+    """
+    client = MlflowClient(tracking_uri)
+    trials, token = [], None
+    while True:
+        page = client.search_runs(
+            [experiment_id],
+            filter_string=f"tags.{MLFLOW_PARENT_RUN_ID} = '{parent_run_id}'",
+            max_results=1000,
+            page_token=token,
+        )
+        for run in page:
+            tags = run.data.tags
+            trials.append(
+                {
+                    "trial": int(tags.get(TAG_TRIAL_NUMBER, -1)),
+                    "run_id": run.info.run_id,
+                    "run_name": tags.get(MLFLOW_RUN_NAME, run.info.run_name),
+                    "state": TrialState(tags.get(TAG_STATE, TrialState.RUNNING)),
+                    "fail_reason": tags.get(TAG_FAIL_REASON),
+                    "params": {k: decode_param(v) for k, v in run.data.params.items()},
+                    "metrics": dict(run.data.metrics),
+                    "start_time": run.info.start_time,
+                    "end_time": run.info.end_time,
+                }
+            )
+        token = page.token
+        if not token:
+            break
+    return sorted(trials, key=lambda t: (t["trial"], t["start_time"] or 0))
+
+
+def val_loss_histories(tracking_uri: str, run_ids: Iterable[str]) -> dict[str, list[tuple]]:
+    """``run_id -> [(tokens, val_loss), ...]`` sorted by tokens, from the metric histories."""
+    client = MlflowClient(tracking_uri)
+    return {
+        run_id: sorted((m.step, m.value)
+                       for m in client.get_metric_history(run_id, METRIC_VAL_LOSS))
+        for run_id in run_ids
+    }
+
+
+def find_trial_run(tracking: TrialContext, number: int) -> str | None:
+    """Run id of trial ``number``'s child run in the study of ``tracking`` (the latest), or None."""
+    runs = MlflowClient(tracking.tracking_uri).search_runs(
+        [tracking.experiment_id],
+        filter_string=(f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{tracking.parent_run_id}' and "
+                       f"tags.`{TAG_TRIAL_NUMBER}` = '{number}'"),
+        order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0].info.run_id if runs else None

@@ -1,0 +1,233 @@
+"""The parent run of a study.
+
+Created or reopened (with a resume-compatibility check of the spec) by the driver, summarised at the
+end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from mlflow import MlflowClient
+from mlflow.entities import Metric, RunStatus, RunTag
+from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
+
+from sweep.schema import (
+    BEST_CONFIG_ARTIFACT,
+    KIND_STUDY,
+    METRIC_BASELINE,
+    METRIC_BEST_VAL_LOSS,
+    SPEC_ARTIFACT,
+    TAG_ALGORITHM,
+    TAG_BEST_RUN_ID,
+    TAG_BEST_TRIAL,
+    TAG_EXECUTOR,
+    TAG_FAIL_REASON,
+    TAG_KIND,
+    TAG_SPEC_HASH,
+    TAG_STATE,
+    TRIALS_ARTIFACT,
+    TrialState,
+    count_metric,
+    unflatten_params,
+)
+from sweep.spec.resume import check_resume_compatible
+from sweep.tracking.reader import latest_parent, read_trials
+from sweep.tracking.trial_run import TrialContext, TrialRun, finite, now_ms
+from sweep.tracking.uris import absolute_uri, ensure_store, sqlite_path
+
+log = logging.getLogger(__name__)
+
+
+def _get_or_create_experiment(client: MlflowClient, tracking_uri: str, name: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    path = sqlite_path(tracking_uri)
+    location = (path.parent.resolve() / "mlartifacts").as_uri() if path is not None else None
+    return client.create_experiment(name, artifact_location=location)
+
+
+def _digest(spec: Mapping[str, Any]) -> str:
+    """SHA-256 (first 16 hex digits) of the spec's canonical JSON form."""
+    canonical = json.dumps(spec, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _plain(spec: Mapping[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(spec, default=str))
+
+
+class StudyTracker:
+    """The parent run of a study, used by the driver; trials log through `context`.
+
+    Use `start` to create (or resume) it, `start_trial` or ``context.start_trial`` per trial and
+    `finish` at the end. As a context manager it calls `finish` on normal exit (if not called)
+    and ends the parent ``FAILED`` with the reason on an exception.
+    """
+
+    def __init__(self, tracking_uri: str, experiment_id: str, parent_run_id: str) -> None:
+        self.context = TrialContext(tracking_uri, experiment_id, parent_run_id)
+        self.client = MlflowClient(tracking_uri)
+        self.finished = False
+
+    @property
+    def parent_run_id(self) -> str:
+        return self.context.parent_run_id
+
+    @property
+    def experiment_id(self) -> str:
+        return self.context.experiment_id
+
+    @classmethod
+    def start(
+        cls,
+        tracking_uri: str,
+        study_name: str,
+        spec: Mapping[str, Any],
+        *,
+        executor: str,
+        algorithm: str,
+        resume: bool = False,
+        spec_hash: str | None = None,
+    ) -> StudyTracker:
+        """Create the study's experiment and parent run, or reopen the latest one to resume.
+
+        Calls `ensure_store` first, so call this in the driver before workers start.
+
+        Args:
+            tracking_uri: MLflow tracking URI, e.g. `default_tracking_uri` of the output folder.
+            study_name: Experiment name.
+            spec: The study spec as a plain dict (saved as ``spec.yaml``).
+            executor: ``optuna`` or ``ray`` (tag ``sweep.executor``).
+            algorithm: Sampler/scheduler description (tag ``sweep.algorithm``).
+            resume: Reopen the latest parent run of the study if there is one.
+            spec_hash: Tag ``sweep.spec_hash`` (`sweep.spec.spec_hash`); default: SHA-256 of
+                the canonical JSON of ``spec``.
+
+        Raises:
+            ResumeError: When resuming and `check_resume_compatible` refuses the new spec.
+        """
+        tracking_uri = absolute_uri(tracking_uri)
+        ensure_store(tracking_uri)
+        client = MlflowClient(tracking_uri)
+        experiment_id = _get_or_create_experiment(client, tracking_uri, study_name)
+        spec = _plain(spec)
+        digest = spec_hash or _digest(spec)
+        parent = latest_parent(client, experiment_id) if resume else None
+        tags = {TAG_SPEC_HASH: digest, TAG_EXECUTOR: executor, TAG_ALGORITHM: algorithm}
+        if parent is None:
+            tags.update({TAG_KIND: KIND_STUDY, TAG_STATE: TrialState.RUNNING.value})
+            run = client.create_run(experiment_id, tags=tags, run_name=study_name)
+            run_id = run.info.run_id
+        else:
+            run_id = parent.info.run_id
+            old_digest = parent.data.tags.get(TAG_SPEC_HASH, "unknown")
+            old_spec = _load_spec(client, run_id)
+            for note in check_resume_compatible(old_spec, spec):
+                log.warning("resuming %s with a changed spec: %s", study_name, note)
+            if old_digest != digest:
+                client.log_text(run_id, yaml.safe_dump(old_spec), f"spec_history/{old_digest}.yaml")
+            client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+            tags[TAG_STATE] = TrialState.RUNNING.value
+            client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        client.log_text(run_id, yaml.safe_dump(spec, sort_keys=False), SPEC_ARTIFACT)
+        return cls(tracking_uri, experiment_id, run_id)
+
+    def start_trial(self, number: int, params: Mapping[str, Any] | None = None) -> TrialRun:
+        """Same as ``self.context.start_trial``."""
+        return self.context.start_trial(number, params)
+
+    def log_metrics(self, metrics: Mapping[str, float | None]) -> None:
+        """Log finite study-level metrics, e.g. ``baseline_unigram_loss`` (nats/token)."""
+        ts = now_ms()
+        batch = [Metric(k, float(v), ts, 0) for k, v in metrics.items() if finite(v)]
+        if batch:
+            self.client.log_batch(self.parent_run_id, metrics=batch)
+
+    def log_baseline(self, baseline_unigram_loss: float) -> None:
+        """Log the corpus's unigram baseline loss (nats/token, on the val split)."""
+        self.log_metrics({METRIC_BASELINE: baseline_unigram_loss})
+
+    def __enter__(self) -> StudyTracker:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if self.finished:
+            return False
+        if exc is None:
+            self.finish()
+        else:
+            reason = f"{exc_type.__name__}: {exc}"[:MAX_TAG_VAL_LENGTH]
+            tags = [RunTag(TAG_STATE, TrialState.FAILED.value), RunTag(TAG_FAIL_REASON, reason)]
+            self.client.log_batch(self.parent_run_id, tags=tags)
+            self.client.set_terminated(self.parent_run_id, RunStatus.to_string(RunStatus.FAILED))
+            self.finished = True
+        return False
+
+    def finish(self, trials: list[dict[str, Any]] | None = None, *, trials_csv: str | None = None,
+               figures: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Summarise the trials into the parent run and end it.
+
+        Logs metrics ``best_val_loss`` (over COMPLETE trials with a finite value) and
+        ``trials_<state>`` per state, tags ``sweep.best_trial_number``/``sweep.best_run_id``,
+        artifacts ``best_config.yaml``, ``trials.csv`` (``trials_csv``) and
+        ``plots/<name>.png`` (``figures``). The parent ends FAILED (tag ``sweep.state=FAILED``)
+        when no trial completed. `sweep.study.summary.finish_study` draws the table and plots.
+
+        Args:
+            trials: The study's trials as `sweep.tracking.read_trials` gives them (read now
+                if None).
+            trials_csv: The trials table as CSV text, or None to log none.
+            figures: Matplotlib figures by name, or None to log none.
+
+        Returns:
+            ``{"best_val_loss", "best_trial", "best_run_id", "counts": {state: n}, "state"}``.
+        """
+        if trials is None:
+            trials = read_trials(self.context.tracking_uri, self.experiment_id,
+                                 self.parent_run_id)
+        counts = {state: 0 for state in TrialState}
+        for trial in trials:
+            counts[trial["state"]] += 1
+        ranked = [t for t in trials if t["state"] is TrialState.COMPLETE
+                  and finite(t["metrics"].get(METRIC_BEST_VAL_LOSS))]
+        best = min(ranked, key=lambda t: t["metrics"][METRIC_BEST_VAL_LOSS], default=None)
+        state = TrialState.COMPLETE if counts[TrialState.COMPLETE] else TrialState.FAILED
+        metrics = {count_metric(s): n for s, n in counts.items()}
+        tags = [RunTag(TAG_STATE, state.value)]
+        if best is not None:
+            metrics[METRIC_BEST_VAL_LOSS] = best["metrics"][METRIC_BEST_VAL_LOSS]
+            tags += [RunTag(TAG_BEST_TRIAL, str(best["trial"])),
+                     RunTag(TAG_BEST_RUN_ID, best["run_id"])]
+            config = yaml.safe_dump(unflatten_params(best["params"]), sort_keys=False)
+            self.client.log_text(self.parent_run_id, config, BEST_CONFIG_ARTIFACT)
+        self.log_metrics(metrics)
+        self.client.log_batch(self.parent_run_id, tags=tags)
+        if trials_csv is not None:
+            self.client.log_text(self.parent_run_id, trials_csv, TRIALS_ARTIFACT)
+        for name, figure in (figures or {}).items():
+            self.client.log_figure(self.parent_run_id, figure, f"plots/{name}.png")
+        self.client.set_terminated(self.parent_run_id, state.run_status)
+        self.finished = True
+        return {
+            METRIC_BEST_VAL_LOSS: best["metrics"][METRIC_BEST_VAL_LOSS] if best else math.nan,
+            "best_trial": best["trial"] if best else None,
+            "best_run_id": best["run_id"] if best else None,
+            "counts": {s.value: n for s, n in counts.items()},
+            "state": state,
+        }
+
+
+def _load_spec(client: MlflowClient, run_id: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = client.download_artifacts(run_id, SPEC_ARTIFACT, dst_path=tmp)
+        return yaml.safe_load(Path(path).read_text()) or {}

@@ -1,0 +1,285 @@
+"""The MLflow child run of one trial.
+
+`TrialContext` opens it anywhere (three strings), `TrialRun` writes params, cost metrics,
+evaluations and the final state.
+
+Every write goes through `mlflow.MlflowClient` with an explicit run id (never the fluent
+active-run stack), so trials in threads, processes or Ray workers on other machines do not
+collide. Values are batched with ``log_batch``. Non-finite losses are never written, so
+``ORDER BY metrics.best_val_loss ASC`` never ranks a diverged trial first.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from mlflow.utils.validation import (
+    MAX_METRICS_PER_BATCH,
+    MAX_PARAM_VAL_LENGTH,
+    MAX_PARAMS_TAGS_PER_BATCH,
+    MAX_TAG_VAL_LENGTH,
+)
+
+from sweep.schema import (
+    FAIL_REASON_ARTIFACT,
+    METRIC_BEST_VAL_LOSS,
+    METRIC_TOKENS,
+    METRIC_VAL_LOSS,
+    RESULT_METRICS,
+    TAG_FAIL_REASON,
+    TAG_STATE,
+    TAG_TRIAL_NUMBER,
+    TAG_TRUNCATED,
+    TrialState,
+    cost_metrics,
+    encode_param,
+    flatten_params,
+    mutation_key,
+    run_name,
+)
+
+
+def finite(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _chunks(items: list, size: int) -> Iterable[list]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TrialRun:
+    """The child run of one trial; use as a context manager so every run gets an end state.
+
+    Leaving the ``with`` block normally ends the run ``COMPLETE`` unless `end` or `log_result`
+    set a state; an exception ends it ``FAILED`` with the reason and re-raises it. Metric
+    values that are not finite are dropped, never logged.
+    """
+
+    def __init__(self, client: MlflowClient, run_id: str, number: int) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.number = number
+        self.state = TrialState.RUNNING
+        self.best_val_loss = math.inf
+        self.last_step = -1
+        self._params: dict[str, str] = {}
+        self._detached = False
+
+    def __enter__(self) -> TrialRun:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if self.state is not TrialState.RUNNING or self._detached:
+            return False
+        if exc is None:
+            self.end(TrialState.COMPLETE)
+        else:
+            reason = f"{exc_type.__name__}: {exc}"
+            detail = "".join(traceback.format_exception(exc_type, exc, tb))
+            self.end(TrialState.FAILED, fail_reason=reason, detail=detail)
+        return False
+
+    def _log(self, metrics: list = (), params: list = (), tags: list = ()) -> None:
+        for batch in _chunks(list(metrics), MAX_METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=batch)
+        for batch in _chunks(list(params), MAX_PARAMS_TAGS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=batch)
+        for batch in _chunks(list(tags), MAX_PARAMS_TAGS_PER_BATCH):
+            self.client.log_batch(self.run_id, tags=batch)
+
+    def detach(self) -> None:
+        """Leave the run open on exit: another worker continues it with `TrialContext.attach_trial`.
+
+        For a trial paused between chunks (population-based training) and restored elsewhere.
+        """
+        self._detached = True
+
+    def log_params(self, config: Mapping[str, Any]) -> None:
+        """Log the resolved config once: nested sections or dotted keys, values stringified.
+
+        A value longer than the store's limit (``MAX_PARAM_VAL_LENGTH``, 6000 characters in
+        MLflow 3) is saved whole as artifact ``params/<key>.txt``; the param keeps a truncated
+        prefix ending in a marker, and tag ``sweep.truncated_params`` lists such keys.
+
+        Raises:
+            ValueError: If a key was logged before with another value (MLflow params are
+                immutable; record changes during training with `log_mutation`).
+        """
+        params, truncated = [], []
+        for key, value in flatten_params(config).items():
+            text = encode_param(value)
+            if key in self._params:
+                if self._params[key] != text:
+                    raise ValueError(
+                        f"param {key!r} was logged as {self._params[key]!r}; params are "
+                        f"immutable, record the change {text!r} with log_mutation()"
+                    )
+                continue
+            self._params[key] = text
+            if len(text) > MAX_PARAM_VAL_LENGTH:
+                artifact = f"params/{key}.txt"
+                self.client.log_text(self.run_id, text, artifact)
+                marker = f"...[truncated {len(text)} chars; full value in {artifact}]"
+                text = text[: MAX_PARAM_VAL_LENGTH - len(marker)] + marker
+                truncated.append(key)
+            params.append(Param(key, text))
+        tags = [RunTag(TAG_TRUNCATED, ",".join(truncated))] if truncated else []
+        self._log(params=params, tags=tags)
+
+    def log_metrics(self, metrics: Mapping[str, float | None], step: int = 0) -> None:
+        """Log finite values of ``metrics`` at ``step`` in one batch (others are dropped)."""
+        ts = now_ms()
+        batch = [Metric(k, float(v), ts, int(step)) for k, v in metrics.items() if finite(v)]
+        self._log(metrics=batch)
+
+    def log_costs(self, estimate: Any) -> None:
+        """Log cost metrics (step 0): a `models.cost.CostEstimate` or a mapping of metric names."""
+        self.log_metrics(estimate if isinstance(estimate, Mapping) else cost_metrics(estimate))
+
+    def report(self, tokens: int, metrics: Mapping[str, float]) -> None:
+        """Log one evaluation (``val_loss``, ``train_loss``, ``tokens_per_s``...) at step = tokens.
+
+        Matches `sweep.train.Reporter.report`; tracks the best finite ``val_loss`` seen.
+        """
+        value = metrics.get(METRIC_VAL_LOSS)
+        if finite(value) and float(value) < self.best_val_loss:
+            self.best_val_loss = float(value)
+        self.last_step = max(self.last_step, int(tokens))
+        self.log_metrics(metrics, step=int(tokens))
+
+    def log_mutation(self, tokens: int, changes: Mapping[str, Any]) -> None:
+        """Record hyperparameters changed during training (population-based training).
+
+        The param keeps its first value; a numeric new value goes to metric ``pbt.<key>`` at
+        step = tokens, and every new value to tag ``pbt.<key>`` (the latest one).
+        """
+        changes = flatten_params(changes)
+        metrics = {
+            mutation_key(k): v for k, v in changes.items() if finite(v) and not isinstance(v, bool)
+        }
+        self.log_metrics(metrics, step=int(tokens))
+        self._log(tags=[RunTag(mutation_key(k), encode_param(v)) for k, v in changes.items()])
+
+    def log_result(self, result: Any) -> None:
+        """Log a `sweep.train.TrialResult` (or its ``to_dict()``) and end the run in its state.
+
+        A ``RUNNING`` result (training paused between chunks, e.g. for PBT) leaves the run open.
+        History points after the last reported step are logged (so a runner that reported live
+        is not logged twice); ``best_val_loss`` only for COMPLETE/PRUNED trials with a finite one.
+        """
+        data = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+        for point in data.get("history") or []:
+            tokens = int(point.get(METRIC_TOKENS, -1))
+            if tokens > self.last_step:
+                self.report(tokens, {k: v for k, v in point.items() if k != METRIC_TOKENS})
+        if finite(data.get(METRIC_BEST_VAL_LOSS)):
+            self.best_val_loss = min(float(data[METRIC_BEST_VAL_LOSS]), self.best_val_loss)
+        self.log_metrics({k: data.get(k) for k in RESULT_METRICS})
+        state = TrialState(data.get("state", TrialState.COMPLETE))
+        if state.is_final:
+            self.end(state, fail_reason=data.get("fail_reason"))
+
+    def end(self, state: TrialState | str, fail_reason: str | None = None, *,
+            detail: str | None = None) -> None:
+        """End the run in ``state`` (a final `TrialState`) and record the reason.
+
+        A reason longer than the tag limit is truncated in the tag; the whole reason and
+        ``detail`` (a traceback) go to artifact ``fail_reason.txt``.
+
+        Raises:
+            ValueError: For an unknown state.
+        """
+        try:
+            state = TrialState(state)
+            status = state.run_status
+        except ValueError:
+            finals = ", ".join(s.value for s in TrialState.final())
+            raise ValueError(f"trial state {state!r} is not one of {finals}") from None
+        metrics = {}
+        if state in (TrialState.COMPLETE, TrialState.PRUNED) and finite(self.best_val_loss):
+            metrics[METRIC_BEST_VAL_LOSS] = self.best_val_loss
+        self.log_metrics(metrics)
+        tags = [RunTag(TAG_STATE, state.value)]
+        if fail_reason or detail:
+            reason = fail_reason or detail.strip().splitlines()[-1]
+            if len(reason) > MAX_TAG_VAL_LENGTH or detail:
+                full = reason + ("\n\n" + detail if detail else "")
+                self.client.log_text(self.run_id, full, FAIL_REASON_ARTIFACT)
+            tags.append(RunTag(TAG_FAIL_REASON, reason[:MAX_TAG_VAL_LENGTH]))
+        self._log(tags=tags)
+        self.client.set_terminated(self.run_id, status)
+        self.state = state
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """Everything a trial worker needs to log its run; picklable (three strings).
+
+    Attributes:
+        tracking_uri: MLflow tracking URI (``sqlite:///...`` or ``http://...``).
+        experiment_id: Experiment of the study.
+        parent_run_id: Run id of the study's parent run.
+    """
+
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+
+    def start_trial(self, number: int, params: Mapping[str, Any] | None = None) -> TrialRun:
+        """Create child run ``trial-<number>`` and log ``params``; use it as a context manager.
+
+        Args:
+            number: Trial number (the executor's), tag ``sweep.trial_number``.
+            params: The resolved config, nested (``{"model": {...}, "train": {...}}``) or with
+                dotted keys; see `TrialRun.log_params`.
+
+        Raises:
+            mlflow.exceptions.MlflowException: If the store rejects the run or a param (the
+                run then ends FAILED with the reason).
+        """
+        client = MlflowClient(self.tracking_uri)
+        tags = {
+            MLFLOW_PARENT_RUN_ID: self.parent_run_id,
+            TAG_TRIAL_NUMBER: str(number),
+            TAG_STATE: TrialState.RUNNING.value,
+        }
+        run = client.create_run(self.experiment_id, tags=tags, run_name=run_name(number))
+        trial = TrialRun(client, run.info.run_id, number)
+        if params:
+            try:
+                trial.log_params(params)
+            except Exception as exc:
+                reason = f"logging params: {type(exc).__name__}: {exc}"
+                trial.end(TrialState.FAILED, fail_reason=reason)
+                raise
+        return trial
+
+    def attach_trial(self, run_id: str) -> TrialRun:
+        """Continue logging to an existing trial run (a trial restored in another process)."""
+        client = MlflowClient(self.tracking_uri)
+        run = client.get_run(run_id)
+        trial = TrialRun(client, run_id, int(run.data.tags.get(TAG_TRIAL_NUMBER, -1)))
+        trial._params = dict(run.data.params)
+        history = client.get_metric_history(run_id, METRIC_VAL_LOSS)
+        trial.last_step = max((m.step for m in history), default=-1)
+        trial.best_val_loss = min((m.value for m in history), default=math.inf)
+        running = RunStatus.to_string(RunStatus.RUNNING)
+        if run.info.status != running:
+            client.update_run(run_id, status=running)
+        return trial

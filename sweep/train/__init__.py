@@ -1,0 +1,55 @@
+"""Training one config.
+
+`TrainConfig` and its budget, the `Trainer` (loop, evaluation, checkpoints), what it reports
+(`Reporter`, `TrialResult`), optimizer, schedule and device.
+
+The config, budget and reporter names import without torch, so specs and search spaces can
+build and check thousands of configs cheaply; the torch-backed names (`Trainer`, `run_trial`,
+...) are imported on first use (PEP 562), as Ray Tune's ``tune.search`` does for its backends.
+"""
+
+import importlib
+from typing import Any
+
+from sweep.train.config import (
+    BUDGET_FIELDS,
+    LIVE_HPARAMS,
+    PRECISIONS,
+    SCHEDULES,
+    Budget,
+    TrainConfig,
+    resolve_budget,
+)
+from sweep.train.reporter import NullReporter, Reporter, TrialResult
+
+_LAZY = {
+    "Trainer": "sweep.train.trainer",
+    "run_trial": "sweep.train.trainer",
+    "CheckpointError": "sweep.train.checkpoint",
+    "build_adamw": "sweep.train.optim",
+    "pick_device": "sweep.train.hardware",
+}
+
+__all__ = [
+    "BUDGET_FIELDS",
+    "LIVE_HPARAMS",
+    "PRECISIONS",
+    "SCHEDULES",
+    "Budget",
+    "CheckpointError",
+    "NullReporter",
+    "Reporter",
+    "TrainConfig",
+    "Trainer",
+    "TrialResult",
+    "build_adamw",
+    "pick_device",
+    "resolve_budget",
+    "run_trial",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
