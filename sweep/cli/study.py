@@ -11,7 +11,13 @@ from rich.table import Table
 
 from sweep.cli import common
 from sweep.cli.common import app, bad_input
-from sweep.schema import METRIC_BASELINE, METRIC_BEST_VAL_LOSS, METRIC_N_PARAMS, TrialState
+from sweep.schema import (
+    METRIC_BASELINE,
+    METRIC_BEST_VAL_LOSS,
+    METRIC_N_PARAMS,
+    TAG_FAIL_REASON,
+    TrialState,
+)
 
 
 @app.command()
@@ -122,7 +128,7 @@ def run(
     if summary.state != TrialState.COMPLETE:
         common.err_console.print(
             f"[bold red]study {summary.name}: no trial completed[/] ({counts or 'no trials'}); "
-            f"see the trials' sweep.fail_reason tags in {summary.tracking_uri}",
+            f"see the trials' {TAG_FAIL_REASON} tags in {summary.tracking_uri}",
             highlight=False, soft_wrap=True)
         raise typer.Exit(code=1)
 

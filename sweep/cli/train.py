@@ -20,7 +20,7 @@ def train(
     preset: str = typer.Option("tiny", help="Model preset (models/presets.py)."),
     sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE",
                                    help="model.FIELD=VALUE or train.FIELD=VALUE (repeatable)."),
-    data: str = typer.Option("builtin:python-stdlib", help="Corpus URI (sweep/data.py)."),
+    data: str = typer.Option("builtin:python-stdlib", help="Corpus URI (see sweep.data)."),
     budget_tokens: float = typer.Option(None, help="Token budget (default 2e5 unless a train.* "
                                                    "budget is set)."),
     out: str = typer.Option("runs/train", help="Output folder; prepared corpora cached here."),

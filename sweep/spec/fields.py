@@ -1,8 +1,8 @@
 """The field lists of a study spec, each defined once or read off where it is defined.
 
 Derived model keys, the objectives a study can optimise, the fields population-based training
-may change, the shape fields, the model fields with a fixed set of values, corpus and storage
-schemes.
+may change, the shape fields, corpus and storage schemes. The model fields with a fixed set of
+values are read off `ModelConfig`'s ``Literal`` annotations by `sweep.spec.rules`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""`sweep estimate`: JSON fields against the published GPT-2 counts (shared/reference/
-cost_vectors.md) and a module built independently of the cost model, table output, bad input."""
+"""`sweep estimate`: JSON fields against the published GPT-2 counts (Hugging Face's GPT-2
+configs) and a module built independently of the cost model, table output, bad input."""
 
 import json
 
@@ -20,8 +20,8 @@ def _json(*args):
     return json.loads(result.stdout)
 
 
-# cost_vectors.md: GPT-2 totals; V = 50257, T = 1024; a causal mask at T = 1024 keeps 524,800
-# query-key pairs.
+# Published GPT-2 totals (HF GPT2LMHeadModel); V = 50257, T = 1024; a causal mask at T = 1024
+# keeps 524,800 query-key pairs.
 PUBLISHED = {"gpt2": (124_439_808, 12, 768, 12), "gpt2-xl": (1_557_611_200, 48, 1600, 25)}
 V, T, CAUSAL_PAIRS = 50257, 1024, 524_800
 

@@ -5,7 +5,7 @@ import torch
 
 from models import ModelConfig, build_model
 
-PUBLISHED = {  # cost_vectors.md (nanoGPT scaling_laws.ipynb, HF GPT2LMHeadModel)
+PUBLISHED = {  # nanoGPT scaling_laws.ipynb, HF GPT2LMHeadModel
     "gpt2": 124_439_808,
     "gpt2-medium": 354_823_168,
     "gpt2-large": 774_030_080,
@@ -21,7 +21,7 @@ def test_gpt2_presets_have_published_parameter_counts(name):
 
 def test_bert_base_body_matches_hf_bert_minus_token_types_embedding_norm_and_pooler():
     d = 768
-    hf_bert_model = 109_482_240  # HF BertModel with pooler, cost_vectors.md
+    hf_bert_model = 109_482_240  # HF BertModel (bert-base-uncased) with pooler
     extras = 2 * d + 2 * d + (d * d + d)  # token-type table, embedding LayerNorm, pooler
     model = build_model(ModelConfig.from_preset("bert-base"), device="meta")
     assert model.num_params() == hf_bert_model - extras

@@ -30,7 +30,7 @@ def test_kept_pairs_match_brute_force_and_torch_mask(pattern, sparsity, block, c
 
 
 def test_published_pair_counts():
-    # cost_vectors.md: T=1024 dense keeps 1,048,576 pairs, causal 524,800,
+    # Published pair counts: T=1024 dense keeps 1,048,576 pairs, causal 524,800,
     # a causal sliding window of 256 keeps 229,504.
     assert derive_layout("dense", 0.0, 1024, causal=False).kept_pairs == 1_048_576
     assert derive_layout("dense", 0.0, 1024).kept_pairs == 524_800
