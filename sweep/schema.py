@@ -51,7 +51,9 @@ __all__ = [
     "METRIC_MEM_ESTIMATE",
     "METRIC_N_PARAMS",
     "METRIC_N_PARAMS_NON_EMBEDDING",
+    "METRIC_N_TOKENS",
     "METRIC_TOKENS",
+    "METRIC_TOKENS_PER_PARAM",
     "METRIC_TOKENS_PER_S",
     "METRIC_TRAIN_FLOPS",
     "METRIC_TRAIN_LOSS",
@@ -168,6 +170,9 @@ METRIC_FLOPS_PER_TOKEN = "flops_per_token"
 METRIC_FLOPS_PER_TOKEN_DENSE = "flops_per_token_dense"
 METRIC_FLOPS_PER_TOKEN_TRAIN = "flops_per_token_train"
 METRIC_MEM_ESTIMATE = "mem_estimate_bytes"
+#: Scaling studies: training tokens and tokens per parameter of a trial.
+METRIC_N_TOKENS = "n_tokens"
+METRIC_TOKENS_PER_PARAM = "tokens_per_param"
 #: Cost-model metrics of every trial, logged at step 0 (`cost_metrics`).
 COST_METRICS = (
     METRIC_N_PARAMS,

@@ -1,9 +1,11 @@
 """Scaling laws fitted to a study's trials.
 
-So far the one-variable law L(X) = E + A / X^alpha (`fit_power_law`); the IsoFLOP layouts, the
-Chinchilla approaches and compute-optimal sizes build on it.
+So far the one-variable law L(X) = E + A / X^alpha (`fit_power_law`) and Chinchilla's approach 3,
+the parametric L(N, D) with its compute-optimal split (`fit_parametric`, `compute_optimal`).
 """
 
+from sweep.scaling.parametric import ParametricFit, compute_optimal, fit_parametric
 from sweep.scaling.powerlaw import FitError, PowerLawFit, fit_power_law
 
-__all__ = ["FitError", "PowerLawFit", "fit_power_law"]
+__all__ = ["FitError", "ParametricFit", "PowerLawFit", "compute_optimal", "fit_parametric",
+           "fit_power_law"]
