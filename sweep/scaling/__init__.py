@@ -5,7 +5,8 @@ the parametric L(N, D) with its compute-optimal split (`fit_parametric`, `comput
 """
 
 from sweep.scaling.parametric import ParametricFit, compute_optimal, fit_parametric
-from sweep.scaling.powerlaw import FitError, PowerLawFit, fit_power_law
+from sweep.scaling.powerlaw import PowerLawFit, fit_power_law
+from sweep.scaling.result import FitError, FitResult
 
-__all__ = ["FitError", "ParametricFit", "PowerLawFit", "compute_optimal", "fit_parametric",
-           "fit_power_law"]
+__all__ = ["FitError", "FitResult", "ParametricFit", "PowerLawFit", "compute_optimal",
+           "fit_parametric", "fit_power_law"]

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize
 from scipy.special import huber, logsumexp
 
-from sweep.scaling.powerlaw import FitError
+from sweep.scaling.result import FitError, FitResult
 from sweep.schema import METRIC_N_PARAMS, METRIC_N_TOKENS, METRIC_TOKENS_PER_PARAM
 
 __all__ = ["HOFFMANN_GRID", "ParametricFit", "compute_optimal", "fit_parametric"]
@@ -37,27 +37,16 @@ HOFFMANN_GRID = {
 _NAMES = ("E", "A", "B", "alpha", "beta")
 
 
-@dataclass(frozen=True)
-class ParametricFit:
-    """The fit of L(N, D) = E + A / N^alpha + B / D^beta.
+@dataclass(frozen=True, kw_only=True)
+class ParametricFit(FitResult):
+    """The fit of L(N, D) = E + A / N^alpha + B / D^beta (`FitResult` fields).
 
-    Attributes:
-        params: ``E`` (nats/token), ``A``, ``B``, ``alpha``, ``beta``.
-        residuals: Observed minus fitted log loss, in input order.
-        objective: The summed Huber loss at the optimum.
-        converged: Whether L-BFGS reported convergence from the best start.
-        n_points: Points fitted.
-        method: What was fitted and how.
-        settings: Huber delta and the number of starts.
+    ``params`` are ``E`` (nats/token), ``A``, ``B``, ``alpha``, ``beta``; ``residuals`` are in
+    log loss; ``objective`` is the summed Huber loss; ``settings`` hold the Huber delta and the
+    number of starts.
     """
 
-    params: dict[str, float]
-    residuals: np.ndarray
-    objective: float
-    converged: bool
-    n_points: int
     method: str = "Hoffmann et al. 2022 approach 3: Huber on log loss, L-BFGS from a grid"
-    settings: dict[str, object] = field(default_factory=dict)
 
     def predict(self, n_params, n_tokens):
         """The fitted loss (nats/token) at ``n_params`` N and ``n_tokens`` D (arrays broadcast)."""

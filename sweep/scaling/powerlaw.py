@@ -12,23 +12,21 @@ intervals from refits on resampled points.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import least_squares
 
-__all__ = ["FitError", "PowerLawFit", "fit_power_law"]
+from sweep.scaling.result import FitError, FitResult
+
+__all__ = ["PowerLawFit", "fit_power_law"]
 
 _NAMES = ("E", "A", "alpha")
 
 
-class FitError(ValueError):
-    """A fit that cannot be made: too few points, non-finite values, a degenerate grid."""
-
-
-@dataclass(frozen=True)
-class PowerLawFit:
-    """The fit of L(X) = E + A / X^alpha.
+@dataclass(frozen=True, kw_only=True)
+class PowerLawFit(FitResult):
+    """The fit of L(X) = E + A / X^alpha (`FitResult` fields, residuals in loss).
 
     Attributes:
         params: ``E`` (loss units, nats/token), ``A`` (loss x X^alpha), ``alpha`` (unitless).
@@ -36,24 +34,13 @@ class PowerLawFit:
         intervals: ``(lo, hi)`` percentile bootstrap interval of each parameter, at ``level``
             (empty when ``n_bootstrap`` is 0).
         level: Confidence level of ``intervals`` (e.g. 0.95).
-        residuals: Observed minus fitted loss, in input order.
         objective: Half the sum of squared residuals at the optimum.
-        converged: Whether the optimiser reported convergence.
-        n_points: Points fitted.
-        method: What was fitted and how (for reports).
-        settings: The fit's settings (initial values, bootstrap count and seed).
     """
 
-    params: dict[str, float]
     stderr: dict[str, float]
     intervals: dict[str, tuple[float, float]]
     level: float
-    residuals: np.ndarray
-    objective: float
-    converged: bool
-    n_points: int
     method: str = "least_squares(trf) on L = E + A / X^alpha"
-    settings: dict[str, object] = field(default_factory=dict)
 
     def predict(self, x: float | np.ndarray) -> float | np.ndarray:
         """The fitted loss at ``x`` (same units as the fitted X).
