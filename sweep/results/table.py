@@ -57,7 +57,6 @@ LEAD_COLUMNS = (
 
 
 # States whose last logged val_loss is the trial's final one (a diverged trial's is not).
-_TRAINED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 
 
 class StudyNotFoundError(LookupError):
@@ -141,7 +140,8 @@ def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
             run_id=trial["run_id"],
             final_val_loss=metrics.get(
                 METRIC_FINAL_VAL_LOSS,
-                metrics.get(METRIC_VAL_LOSS, math.nan) if trial["state"] in _TRAINED else math.nan,
+                metrics.get(METRIC_VAL_LOSS, math.nan) if TrialState(trial["state"]).trained
+                else math.nan,
             ),
         )
         row.update(trial["params"])
