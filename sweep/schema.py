@@ -43,6 +43,7 @@ __all__ = [
     "KIND_STUDY",
     "METRIC_BASELINE",
     "METRIC_BEST_VAL_LOSS",
+    "METRIC_BUDGET_FLOPS",
     "METRIC_FINAL_VAL_LOSS",
     "METRIC_FLOPS_PER_TOKEN",
     "METRIC_FLOPS_PER_TOKEN_DENSE",
@@ -61,6 +62,7 @@ __all__ = [
     "METRIC_VAL_LOSS",
     "METRIC_WALL_S",
     "RESULT_METRICS",
+    "SCALING_GRID_ARTIFACT",
     "SPEC_ARTIFACT",
     "TAG_ALGORITHM",
     "TAG_BEST_RUN_ID",
@@ -170,7 +172,8 @@ METRIC_FLOPS_PER_TOKEN = "flops_per_token"
 METRIC_FLOPS_PER_TOKEN_DENSE = "flops_per_token_dense"
 METRIC_FLOPS_PER_TOKEN_TRAIN = "flops_per_token_train"
 METRIC_MEM_ESTIMATE = "mem_estimate_bytes"
-#: Scaling studies: training tokens and tokens per parameter of a trial.
+#: Scaling studies: a trial's FLOP budget, training tokens and tokens per parameter.
+METRIC_BUDGET_FLOPS = "budget_flops"
 METRIC_N_TOKENS = "n_tokens"
 METRIC_TOKENS_PER_PARAM = "tokens_per_param"
 #: Cost-model metrics of every trial, logged at step 0 (`cost_metrics`).
@@ -193,6 +196,8 @@ SPEC_ARTIFACT = "spec.yaml"
 TRIALS_ARTIFACT = "trials.csv"
 BEST_CONFIG_ARTIFACT = "best_config.yaml"
 FAIL_REASON_ARTIFACT = "fail_reason.txt"
+#: A scaling study's IsoFLOP grid as laid out (budget, centre, shapes, drops), on its parent run.
+SCALING_GRID_ARTIFACT = "scaling_grid.csv"
 
 # ------------------------------------------------------- executor attributes and config keys
 #: Optuna user attributes and Ray Tune report keys (one spelling for both executors).

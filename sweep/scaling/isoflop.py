@@ -8,19 +8,24 @@ optimum, span a wide range, or alpha != beta (Czech 2026, "Problems with Chinchi
 Open-Athena/scaling-law-analysis), so each curve reports where its vertex sits within its
 sampled range and is flagged when the vertex lies at or beyond an edge or the parabola does not
 open upwards.
+
+Bootstrap intervals (``n_bootstrap``) refit both stages on resamples: of the points within each
+curve (``resample="points"``, each curve keeping its size) or of whole curves, i.e. budgets
+(``resample="curves"``); a resample's curves are judged usable as the full fit's are.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from sweep.scaling.result import FitError, FitResult
-from sweep.schema import METRIC_N_PARAMS, METRIC_N_TOKENS
+from sweep.scaling.bootstrap import bootstrap_counts, check_bootstrap_args, percentile_intervals
+from sweep.scaling.result import DEFAULT_LEVEL, FitError, FitResult, dropped_note, finite_rows
+from sweep.schema import METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, METRIC_N_TOKENS
 
-__all__ = ["IsoFLOPCurve", "IsoFLOPFit", "fit_isoflop"]
+__all__ = ["IsoFLOPCurve", "IsoFLOPFit", "fit_isoflop", "fit_loglog_line"]
 
 _EDGE = 0.1  # a vertex in the outer tenth of the sampled log-N range is at an edge
 
@@ -58,8 +63,10 @@ class IsoFLOPCurve:
 class IsoFLOPFit(FitResult):
     """N_opt = k_N C^a and D_opt = k_D C^b from the usable IsoFLOP vertices (`FitResult`).
 
-    ``params`` are ``a``, ``k_n``, ``b``, ``k_d``; ``residuals`` are log N_opt observed minus
-    fitted, one per usable curve; ``objective`` is their sum of squares.
+    ``params`` are ``a``, ``k_n``, ``b``, ``k_d`` (N_opt and D_opt in parameters and tokens, C
+    in FLOPs); ``residuals`` are log N_opt observed minus fitted, one per usable curve;
+    ``objective`` is their sum of squares; ``stderr`` the least-squares standard errors of the
+    line in log-log space (k_n, k_d by the delta method; with 3 or more usable curves).
 
     Attributes:
         curves: Every budget's `IsoFLOPCurve`, usable or not.
@@ -75,8 +82,8 @@ class IsoFLOPFit(FitResult):
                 METRIC_N_TOKENS: p["k_d"] * flops ** p["b"]}
 
 
-def _curve(budget: float, log_n: np.ndarray, loss: np.ndarray) -> IsoFLOPCurve:
-    c2, c1, c0 = np.polyfit(log_n, loss, 2)
+def _curve(budget: float, log_n: np.ndarray, loss: np.ndarray, weights=None) -> IsoFLOPCurve:
+    c2, c1, c0 = np.polyfit(log_n, loss, 2, w=None if weights is None else np.sqrt(weights))
     lo, hi = float(log_n.min()), float(log_n.max())
     warnings = []
     if not c2 > 0:
@@ -95,36 +102,88 @@ def _curve(budget: float, log_n: np.ndarray, loss: np.ndarray) -> IsoFLOPCurve:
                         math.exp(vertex), loss_opt, float(position), warnings)
 
 
-def fit_isoflop(budget_flops, n_params, loss) -> IsoFLOPFit:
+
+
+def fit_loglog_line(log_x: np.ndarray, log_y: np.ndarray, weights=None):
+    """Least squares of ``log_y = slope * log_x + intercept`` (natural logs).
+
+    Args:
+        log_x: Shape ``(m,)``: the regressor.
+        log_y: Shape ``(m,)``: the response.
+        weights: Shape ``(m,)``: each point's multiplicity (a bootstrap's counts), or None.
+
+    Returns:
+        ``(slope, intercept, se_slope, se_intercept, residuals)``; the standard errors are
+        those of ordinary least squares, s^2 = RSS / (m - 2) (Draper & Smith 1998, "Applied
+        Regression Analysis", sec. 1.4), nan with fewer than 3 points.
+    """
+    w = np.ones_like(log_x) if weights is None else np.asarray(weights, dtype=float)
+    total = w.sum()
+    mean_x = float(w @ log_x / total)
+    mean_y = float(w @ log_y / total)
+    sxx = float(w @ (log_x - mean_x) ** 2)
+    slope = float(w @ ((log_x - mean_x) * (log_y - mean_y))) / sxx
+    intercept = mean_y - slope * mean_x
+    residuals = log_y - (intercept + slope * log_x)
+    m = log_x.size
+    if m < 3 or weights is not None:
+        return slope, intercept, math.nan, math.nan, residuals
+    s2 = float(residuals @ residuals) / (m - 2)
+    return (slope, intercept, math.sqrt(s2 / sxx),
+            math.sqrt(s2 * (1 / m + mean_x**2 / sxx)), residuals)
+
+
+def _power_laws(log_c, log_n_opt, weights=None):
+    """(a, log k_n, b, log k_d, se) of N_opt = k_N C^a and D_opt = C / (6 N_opt) = k_D C^b."""
+    a, log_kn, se_a, se_kn, residuals = fit_loglog_line(log_c, log_n_opt, weights)
+    # log D_opt = log C - log 6 - log N_opt, so its line is the complement of N_opt's.
+    return a, log_kn, 1 - a, -math.log(6) - log_kn, se_a, se_kn, residuals
+
+
+def fit_isoflop(budget_flops, n_params, loss, *, n_bootstrap: int = 0, seed: int = 0,
+                level: float = DEFAULT_LEVEL, resample: str = "points") -> IsoFLOPFit:
     """Fit approach 2 to trials grouped by budget.
+
+    Rows with a NaN or infinite value are dropped and listed in ``dropped``.
 
     Args:
         budget_flops: Shape ``(n,)``: each trial's FLOP budget C (the group key).
         n_params: Shape ``(n,)``: parameters N (> 0).
         loss: Shape ``(n,)``: final losses, nats/token.
+        n_bootstrap: Bootstrap refits of both stages (0: none).
+        seed: Seed of the resampling.
+        level: Confidence level of ``intervals``, in (0, 1).
+        resample: ``"points"``: resample the points within each curve (each keeps its size);
+            ``"curves"``: resample whole curves (budgets) with replacement.
 
     Returns:
-        The `IsoFLOPFit`. D_opt is C / (6 N_opt) (the C = 6ND convention of the paper).
+        The `IsoFLOPFit`. D_opt is C / (6 N_opt) (the C = 6ND convention of the paper). A
+        resample with fewer than 2 distinct usable budgets gives nan draws (counted in
+        ``settings["bootstrap_failed"]``).
 
     Raises:
-        FitError: Shapes that differ, non-finite or non-positive values, a budget with fewer
-            than 3 distinct sizes, or fewer than 2 usable curves (every curve's reason is named).
+        FitError: Shapes that differ, non-positive values, a budget with fewer than 3 distinct
+            sizes, fewer than 2 usable curves (every curve's reason is named), a bad
+            ``n_bootstrap``, ``level`` or ``resample``.
     """
-    c = np.asarray(budget_flops, dtype=float).ravel()
-    n = np.asarray(n_params, dtype=float).ravel()
-    y = np.asarray(loss, dtype=float).ravel()
-    if not c.shape == n.shape == y.shape:
-        raise FitError(f"budget_flops, n_params and loss have {c.size}, {n.size} and {y.size} "
-                       "values")
-    for name, values in (("budget_flops", c), (METRIC_N_PARAMS, n), ("loss", y)):
-        if not np.all(np.isfinite(values) & (values > 0)):
+    (c, n, y), dropped = finite_rows((METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, "loss"),
+                                     budget_flops, n_params, loss)
+    check_bootstrap_args(n_bootstrap, level)
+    if resample not in ("points", "curves"):
+        raise FitError(f"resample={resample!r}: must be 'points' or 'curves'")
+    for name, values in ((METRIC_BUDGET_FLOPS, c), (METRIC_N_PARAMS, n), ("loss", y)):
+        if not np.all(values > 0):
             raise FitError(f"{name}: every value must be finite and > 0")
+    note = dropped_note(dropped)
+    if c.size == 0:
+        raise FitError(f"no points{note}: approach 2 needs curves at 2 budgets or more")
+    budgets = np.unique(c)
     curves = []
-    for budget in np.unique(c):
+    for budget in budgets:
         at = c == budget
         if np.unique(n[at]).size < 3:
-            raise FitError(f"C={budget:.3g}: {np.unique(n[at]).size} distinct sizes; a parabola "
-                           "needs at least 3")
+            raise FitError(f"C={budget:.3g}: {np.unique(n[at]).size} distinct sizes{note}; a "
+                           "parabola needs at least 3")
         curves.append(_curve(float(budget), np.log(n[at]), y[at]))
     usable = [k for k in curves if k.usable]
     if len(usable) < 2:
@@ -133,13 +192,45 @@ def fit_isoflop(budget_flops, n_params, loss) -> IsoFLOPFit:
                        f"need 2: {reasons}")
     log_c = np.log([k.budget_flops for k in usable])
     log_n_opt = np.log([k.n_opt for k in usable])
-    log_d_opt = log_c - math.log(6) - log_n_opt
-    a, log_kn = np.polyfit(log_c, log_n_opt, 1)
-    b, log_kd = np.polyfit(log_c, log_d_opt, 1)
-    residuals = log_n_opt - (log_kn + a * log_c)
-    return IsoFLOPFit(
-        params={"a": float(a), "k_n": math.exp(log_kn), "b": float(b), "k_d": math.exp(log_kd)},
-        residuals=residuals, objective=float(np.sum(residuals**2)), converged=True,
-        n_points=int(c.size), curves=curves,
-        settings={"edge_fraction": _EDGE, "usable_curves": len(usable)},
-    )
+    a, log_kn, b, log_kd, se_a, se_kn, residuals = _power_laws(log_c, log_n_opt)
+    params = {"a": float(a), "k_n": math.exp(log_kn), "b": float(b), "k_d": math.exp(log_kd)}
+    stderr = {"a": se_a, "k_n": params["k_n"] * se_kn, "b": se_a, "k_d": params["k_d"] * se_kn}
+    settings = {"edge_fraction": _EDGE, "usable_curves": len(usable), "dropped": len(dropped),
+                "n_bootstrap": n_bootstrap, "seed": seed, "resample": resample}
+    fit = IsoFLOPFit(params=params, residuals=residuals, objective=float(np.sum(residuals**2)),
+                     converged=True, n_points=int(c.size), curves=curves, settings=settings,
+                     stderr=stderr, level=level, dropped=dropped)
+    if not n_bootstrap:
+        return fit
+    draws, failed = _bootstrap(c, n, y, budgets, n_bootstrap, seed, resample)
+    return replace(fit, draws=draws, intervals=percentile_intervals(draws, level),
+                   settings={**settings, "bootstrap_failed": failed})
+
+
+def _bootstrap(c, n, y, budgets, n_bootstrap, seed, resample):
+    code = np.searchsorted(budgets, c)
+    counts = bootstrap_counts(c.size, n_bootstrap, seed,
+                              **({"strata": code} if resample == "points" else {"groups": code}))
+    log_n = np.log(n)
+    table = np.full((n_bootstrap, 4), np.nan)
+    failed = 0
+    for r, weights in enumerate(counts):
+        log_c, log_n_opt, mult = [], [], []
+        for k, budget in enumerate(budgets):
+            at = (code == k) & (weights > 0)
+            if not at.any() or np.unique(n[at]).size < 3:
+                continue
+            curve = _curve(float(budget), log_n[at], y[at], weights[at])
+            if curve.usable:
+                log_c.append(math.log(budget))
+                log_n_opt.append(math.log(curve.n_opt))
+                # A curve drawn j times counts j times in the power law.
+                mult.append(weights[at].sum() / np.sum(code == k))
+        if len(log_c) < 2:
+            failed += 1
+            continue
+        a, log_kn, b, log_kd, *_ = _power_laws(np.array(log_c), np.array(log_n_opt),
+                                               np.array(mult))
+        table[r] = (a, math.exp(log_kn), b, math.exp(log_kd))
+    names = ("a", "k_n", "b", "k_d")
+    return {name: table[:, i] for i, name in enumerate(names)}, {"too_few_curves": failed}

@@ -6,7 +6,8 @@ Models", eq. 2 in one variable). Fitted by nonlinear least squares on the loss i
 trust-region reflective ``least_squares``, E >= 0, A > 0, alpha > 0), with A fitted as
 log A so that the scale of X does not matter; standard errors from the Jacobian at the optimum
 (the Gauss-Newton covariance, residual variance times (J^T J)^-1) and percentile bootstrap
-intervals from refits on resampled points.
+intervals from refits on resampled points (or whole groups of points), each started from the
+full fit's optimum.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from sweep.scaling.result import FitError, FitResult
+from sweep.scaling.bootstrap import bootstrap_counts, check_bootstrap_args, percentile_intervals
+from sweep.scaling.result import FitError, FitResult, dropped_note, finite_rows
 
 __all__ = ["PowerLawFit", "fit_power_law"]
 
@@ -37,9 +39,6 @@ class PowerLawFit(FitResult):
         objective: Half the sum of squared residuals at the optimum.
     """
 
-    stderr: dict[str, float]
-    intervals: dict[str, tuple[float, float]]
-    level: float
     method: str = "least_squares(trf) on L = E + A / X^alpha"
 
     def predict(self, x: float | np.ndarray) -> float | np.ndarray:
@@ -79,39 +78,47 @@ def _start(log_x: np.ndarray, loss: np.ndarray) -> np.ndarray:
 
 
 def fit_power_law(x, loss, *, n_bootstrap: int = 0, seed: int = 0,
-                  level: float = 0.95) -> PowerLawFit:
+                  level: float = 0.95, groups=None) -> PowerLawFit:
     """Fit L(X) = E + A / X^alpha to points ``(x, loss)``.
+
+    Rows with a NaN or infinite value (a diverged or failed trial) are dropped and listed in
+    ``dropped``.
 
     Args:
         x: Shape ``(n,)``: parameters, tokens or FLOPs, all > 0.
-        loss: Shape ``(n,)``: losses (nats/token), finite.
+        loss: Shape ``(n,)``: losses (nats/token).
         n_bootstrap: Refits on points resampled with replacement, for the intervals (0: none).
         seed: Seed of the resampling.
         level: Confidence level of the bootstrap intervals, in (0, 1).
+        groups: Shape ``(n,)``: a label per point; resample whole groups. None: points.
 
     Returns:
         The `PowerLawFit`; ``converged`` is False when the optimiser stopped without meeting its
-        tolerances (the parameters are then its last iterate).
+        tolerances (the parameters are then its last iterate, ``message`` says why).
 
     Raises:
-        FitError: Fewer than 4 points (3 parameters need a residual), shapes that differ,
-            non-finite or non-positive ``x``, non-finite ``loss``, or fewer than 3 distinct ``x``.
+        FitError: Fewer than 4 points after dropping non-finite rows (3 parameters need a
+            residual), shapes that differ, non-positive ``x``, fewer than 3 distinct ``x``, or
+            a bad ``n_bootstrap`` or ``level``.
     """
-    x_arr = np.asarray(x, dtype=float).ravel()
-    y = np.asarray(loss, dtype=float).ravel()
-    if x_arr.shape != y.shape:
-        raise FitError(f"x has {x_arr.size} values but loss has {y.size}")
+    (x_arr, y), dropped = finite_rows(("x", "loss"), x, loss)
+    if len(np.asarray(x).ravel()) != len(np.asarray(loss).ravel()):
+        raise FitError(f"x has {np.asarray(x).size} values but loss has {np.asarray(loss).size}")
+    note = dropped_note(dropped)
     if x_arr.size < 4:
-        raise FitError(f"{x_arr.size} points: fitting E, A and alpha needs at least 4")
-    if not np.all(np.isfinite(x_arr) & (x_arr > 0)):
+        raise FitError(f"{x_arr.size} points{note}: fitting E, A and alpha needs at least 4")
+    if not np.all(x_arr > 0):
         raise FitError("x: every value must be finite and > 0")
-    if not np.all(np.isfinite(y)):
-        raise FitError("loss: every value must be finite (drop diverged or failed trials)")
     if np.unique(x_arr).size < 3:
-        raise FitError(f"x takes {np.unique(x_arr).size} distinct values: a power law with "
-                       "an offset needs at least 3")
-    if not 0 < level < 1:
-        raise FitError(f"level={level}: must be in (0, 1)")
+        raise FitError(f"x takes {np.unique(x_arr).size} distinct values{note}: a power law "
+                       "with an offset needs at least 3")
+    check_bootstrap_args(n_bootstrap, level)
+    if groups is not None:
+        groups = np.asarray(groups).ravel()
+        if groups.size != x_arr.size + len(dropped):
+            raise FitError(f"groups has {groups.size} labels for {x_arr.size + len(dropped)} "
+                           "rows")
+        groups = groups[np.setdiff1d(np.arange(groups.size), dropped)]
     log_x = np.log(x_arr)
     start = _start(log_x, y)
     sol = _solve(log_x, y, start)
@@ -127,26 +134,24 @@ def fit_power_law(x, loss, *, n_bootstrap: int = 0, seed: int = 0,
     except np.linalg.LinAlgError:
         stderr = dict.fromkeys(_NAMES, math.nan)
     intervals: dict[str, tuple[float, float]] = {}
+    draws: dict[str, np.ndarray] = {}
     if n_bootstrap:
-        rng = np.random.default_rng(seed)
-        draws = []
-        for _ in range(n_bootstrap):
-            pick = rng.integers(0, x_arr.size, x_arr.size)
+        table = np.full((n_bootstrap, 3), np.nan)
+        counts = bootstrap_counts(x_arr.size, n_bootstrap, seed, groups=groups)
+        for i, times in enumerate(counts):
+            pick = np.repeat(np.arange(x_arr.size), times)
             if np.unique(x_arr[pick]).size < 3:
                 continue
             refit = _solve(log_x[pick], y[pick], theta).x
-            draws.append((refit[0], math.exp(refit[1]), refit[2]))
-        if draws:
-            table = np.array(draws)
-            tail = (1 - level) / 2 * 100
-            for i, name in enumerate(_NAMES):
-                lo, hi = np.percentile(table[:, i], [tail, 100 - tail])
-                intervals[name] = (float(lo), float(hi))
+            table[i] = (refit[0], math.exp(refit[1]), refit[2])
+        draws = {name: table[:, i] for i, name in enumerate(_NAMES)}
+        intervals = percentile_intervals(draws, level)
     return PowerLawFit(
-        params=params, stderr=stderr, intervals=intervals, level=level,
+        params=params, stderr=stderr, intervals=intervals, level=level, draws=draws,
         residuals=y - _model(theta, log_x), objective=float(sol.cost),
-        converged=bool(sol.success), n_points=int(x_arr.size),
+        converged=bool(sol.success), n_points=int(x_arr.size), dropped=dropped,
+        message="" if sol.success else str(sol.message),
         settings={"start": {"E": float(start[0]), "A": float(math.exp(start[1])),
                             "alpha": float(start[2])},
-                  "n_bootstrap": n_bootstrap, "seed": seed},
+                  "n_bootstrap": n_bootstrap, "seed": seed, "dropped": len(dropped)},
     )

@@ -60,14 +60,32 @@ def test_same_seed_same_intervals_other_seed_other_intervals():
 
 @pytest.mark.parametrize("x, loss, rule", [
     ([1e6, 1e7, 1e8], [3.0, 2.5, 2.2], "at least 4"),
-    ([1e6, 1e7, 1e8, 1e9], [3.0, 2.5, 2.2], "loss has 3"),
+    ([1e6, 1e7, 1e8, 1e9], [3.0, 2.5, 2.2], "x 4, loss 3"),
     ([1e6, 1e7, -1.0, 1e9], [3.0, 2.5, 2.2, 2.0], "finite and > 0"),
-    ([1e6, 1e7, 1e8, 1e9], [3.0, math.nan, 2.2, 2.0], "drop diverged"),
+    ([1e6, 1e7, 1e8, 1e9], [3.0, math.nan, 2.2, 2.0], "3 points after dropping 1 non-finite"),
     ([1e6, 1e6, 1e7, 1e7], [3.0, 3.1, 2.5, 2.4], "2 distinct"),
 ])
 def test_bad_points_are_refused_with_the_rule(x, loss, rule):
     with pytest.raises(FitError, match=rule):
         fit_power_law(x, loss)
+
+
+def test_non_finite_rows_are_dropped_and_reported():
+    y = law(N)
+    y[[1, 5]] = [math.nan, math.inf]
+    fit = fit_power_law(N, y)
+    assert fit.dropped == (1, 5) and fit.settings["dropped"] == 2 and fit.n_points == N.size - 2
+    assert fit.params["alpha"] == pytest.approx(TRUE["alpha"], rel=1e-6)
+
+
+def test_bootstrap_keeps_its_draws_and_can_resample_groups():
+    y = law(N) + np.random.default_rng(4).normal(0, 0.01, N.size)
+    fit = fit_power_law(N, y, n_bootstrap=40, seed=0, level=0.8)
+    assert fit.draws["alpha"].shape == (40,) and fit.level == 0.8
+    lo, hi = np.percentile(fit.draws["alpha"][np.isfinite(fit.draws["alpha"])], [10, 90])
+    assert fit.intervals["alpha"] == pytest.approx((lo, hi))
+    pairs = fit_power_law(N, y, n_bootstrap=40, seed=0, level=0.8, groups=np.arange(N.size) // 2)
+    assert pairs.intervals != fit.intervals
 
 
 def test_predict_refuses_non_positive_x():
