@@ -49,7 +49,7 @@ def validate(
         s = spec.search
         common.console.print(f"[bold]{spec.name}[/] ({spec_hash(spec)}): executor {s.executor}, "
                       f"sampler {s.sampler}, pruner {s.pruner}, scheduler {s.scheduler}, "
-                      f"{s.n_trials} trials, objectives "
+                      f"{'grid' if spec.scaling else s.n_trials} trials, objectives "
                       f"{', '.join(f'{o} ({d})' for o, d in spec.objective_directions())}")
         table = Table("parameter", "kind", "domain", "when")
         for row in summary["params"]:
@@ -69,6 +69,71 @@ def validate(
     if n_ok == 0:
         bad_input(f"{spec_path}: none of {summary['n_configs']} sampled configs is valid and "
                   "within the constraints; the study could never train a trial")
+    if spec.scaling is not None and not as_json:
+        _print_grid(spec, device)
+
+
+def _measured_flops_per_s(spec) -> tuple[float | None, str]:
+    """Median training FLOP/s of the completed trials of this study's own store, if any."""
+    db = spec.default_output_dir() / "mlflow.db"
+    if spec.tracking.uri or not db.is_file():
+        return None, "no measured throughput (no finished trials of this study yet)"
+    from sweep.schema import METRIC_TRAIN_FLOPS, METRIC_WALL_S
+    from sweep.tracking import find_study, read_trials
+    from sweep.tracking.uris import default_tracking_uri
+
+    uri = default_tracking_uri(spec.default_output_dir())
+    found = find_study(uri, spec.name)
+    if found is None:
+        return None, "no measured throughput (no finished trials of this study yet)"
+    rates = [t["metrics"][METRIC_TRAIN_FLOPS] / t["metrics"][METRIC_WALL_S]
+             for t in read_trials(uri, *found) if t["state"] is TrialState.COMPLETE
+             and t["metrics"].get(METRIC_WALL_S, 0) > 0 and METRIC_TRAIN_FLOPS in t["metrics"]]
+    if not rates:
+        return None, "no measured throughput (no finished trials of this study yet)"
+    rate = sorted(rates)[len(rates) // 2]
+    return rate, f"time at {rate:.3g} FLOP/s, the median of {len(rates)} finished trials"
+
+
+def _print_grid(spec, device: str | None) -> None:
+    from sweep.schema import (
+        METRIC_BUDGET_FLOPS,
+        METRIC_MEM_ESTIMATE,
+        METRIC_N_TOKENS,
+        METRIC_TOKENS_PER_PARAM,
+    )
+    from sweep.space import grid
+
+    sc = spec.scaling
+    layouts = grid.layout(spec)
+    rate, rate_note = _measured_flops_per_s(spec)
+    rows = grid.grid_rows(spec, layouts, device=device or "auto", flops_per_s=rate)
+    table = Table("budget (FLOPs)", "shape", "N", "tokens", "tokens/N", "memory", "est. time",
+                  title=f"IsoFLOP grid: {len(rows)} trials")
+    for r in rows:
+        est = "-" if r["est_seconds"] is None else f"{r['est_seconds']:,.0f} s"
+        table.add_row(f"{r[METRIC_BUDGET_FLOPS]:.3g}", r["shape"], f"{r[METRIC_N_PARAMS]:,}",
+                      f"{r[METRIC_N_TOKENS]:,}", f"{r[METRIC_TOKENS_PER_PARAM]:.1f}",
+                      f"{r[METRIC_MEM_ESTIMATE] / 2**20:,.0f} MiB", est)
+    common.console.print(table)
+    say = common.console.print
+    for lay in layouts:
+        say(f"C={lay.budget_flops:.3g}: centred on N*={lay.centre_n_params:,.0f} "
+            f"({lay.centre_source})", highlight=False)
+        for label, reason in lay.dropped:
+            say(f"  dropped {label}: {reason}", highlight=False, soft_wrap=True)
+    if sc.recentre and len(layouts) > 1:
+        say("budgets after the first are re-centred on the earlier results as the study runs "
+            "(scaling.recentre), so their shapes may differ from this layout", highlight=False)
+    say(f"corpus epochs (scaling.max_epochs={sc.max_epochs:g}) are checked when sweep run "
+        f"prepares the corpus; {rate_note}", highlight=False, soft_wrap=True)
+    s = spec.search
+    for name, value in (("pruner", s.pruner), ("scheduler", s.scheduler)):
+        if value != "none":
+            common.err_console.print(
+                f"warning: search.{name}={value}: early stopping removes points an IsoFLOP "
+                "curve needs (a cut at a fraction of the budget leaves no loss at the budget); "
+                f"scaling studies default to {name} none", highlight=False)
 
 
 def _load_study_spec(spec_path: str, executor: str | None = None, trials: int | None = None):
@@ -78,7 +143,14 @@ def _load_study_spec(spec_path: str, executor: str | None = None, trials: int | 
     if executor is not None and executor not in ("optuna", "ray"):
         bad_input(f"--executor {executor!r} is not one of optuna, ray")
     try:
-        return with_overrides(load_spec(spec_path), executor=executor, n_trials=trials)
+        spec = load_spec(spec_path)
+    except SpecError as exc:
+        bad_input(str(exc))
+    if trials is not None and spec.scaling is not None:
+        bad_input(f"--trials {trials}: a scaling study's trials are its grid points "
+                  "(scaling.budgets x scaling.sizes_per_budget); change those instead")
+    try:
+        return with_overrides(spec, executor=executor, n_trials=trials)
     except SpecError as exc:
         bad_input(str(exc))
 

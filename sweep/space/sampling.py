@@ -84,10 +84,20 @@ def _sample(trial: Any, spec: StudySpec) -> dict[str, Any]:
             values[p.path] = trial.suggest_int(p.path, *d.bounds, step=d.step, log=d.log)
         else:
             values[p.path] = _decode(d, trial.suggest_categorical(p.path, choice_labels(d)))
+    if spec.scaling is not None:
+        from sweep.space import grid
+
+        label = trial.suggest_categorical(grid.SCALING_POINT, grid.all_labels(spec))
+        values.update(grid.point_values(spec, label))
     return values
 
 
-def _build(spec: StudySpec, values: Mapping[str, Any]) -> tuple[ModelConfig, TrainConfig]:
+def build_configs(spec: StudySpec, values: Mapping[str, Any]) -> tuple[ModelConfig, TrainConfig]:
+    """Configs from dotted values (``model.d_head`` and ``model.d_ff_ratio`` resolved).
+
+    Raises:
+        InvalidConfig: The values make no valid model or train config.
+    """
     model = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("model.")}
     train = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("train.")}
     preset = model.pop("preset", None)
@@ -131,7 +141,7 @@ def suggest(trial: Any, spec: StudySpec) -> tuple[ModelConfig, TrainConfig]:
             by ``n_heads`` when both are searched); the executor records the trial INFEASIBLE.
         ValueError: A ``FixedTrial`` lacks an active parameter.
     """
-    return _build(spec, _sample(trial, spec))
+    return build_configs(spec, _sample(trial, spec))
 
 
 def define_by_run(spec: StudySpec) -> Callable[[Any], None]:
@@ -161,6 +171,17 @@ def configs_from_params(
             ``model.``/``train.`` key, or values that make no valid config.
     """
     params = dict(params)
+    if spec.scaling is not None:
+        from sweep.space import grid
+
+        label = params.pop(grid.SCALING_POINT, None)
+        if label is None:
+            raise InvalidConfig(f"{grid.SCALING_POINT}: missing (every trial of a scaling study "
+                                "is a grid point)", params)
+        try:
+            params.update(grid.point_values(spec, label))
+        except ValueError as exc:
+            raise InvalidConfig(str(exc), params) from None
     by_path = {p.path: p for p in spec.params()}
     for key in params:
         if key.startswith(("model.", "train.")) and key not in by_path:
@@ -196,7 +217,7 @@ def configs_from_params(
     for key, value in params.items():  # mutated keys the spec leaves at their default
         if key.startswith(("model.", "train.")) and key not in values and key not in by_path:
             values[key] = value
-    return _build(spec, values)
+    return build_configs(spec, values)
 
 
 def sample_params(spec: StudySpec, n: int, *, seed: int | None = None) -> list[dict[str, Any]]:
@@ -226,14 +247,19 @@ def corner_params(spec: StudySpec) -> list[dict[str, Any]]:
     for end in (0, -1):
         values: dict[str, Any] = {}
         for p in spec.params():
-            if p.domain is None or not _active(spec, p, {**values, **_fixed(spec)}):
+            if p.domain is None or not _active(spec, p, {**values, **fixed_values(spec)}):
                 continue
             d = p.domain
             values[p.path] = (choice_labels(d)[end] if isinstance(d, ChoiceDomain)
                               else d.bounds[end])
+        if spec.scaling is not None:
+            from sweep.space import grid
+
+            values[grid.SCALING_POINT] = grid.all_labels(spec)[end]
         corners.append(values)
     return corners
 
 
-def _fixed(spec: StudySpec) -> dict[str, Any]:
+def fixed_values(spec: StudySpec) -> dict[str, Any]:
+    """The spec's fixed ``model``/``train`` values under dotted paths."""
     return {p.path: p.value for p in spec.params() if p.domain is None}

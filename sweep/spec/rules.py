@@ -196,13 +196,49 @@ def _check_fields(spec: StudySpec) -> Iterator[str]:
                 yield f"model.{name}: {v} must be > 0" if lo_ok == 0 else \
                     f"model.{name}: {v} must be >= 1"
     budgets = [k for k in _BUDGET_FIELDS if k in spec.train]
-    if len(budgets) != 1:
+    if spec.scaling is not None:
+        yield from _check_scaling(spec, budgets)
+    elif len(budgets) != 1:
         got = ", ".join(budgets) if budgets else "none"
         yield f"train: exactly one budget of {', '.join(_BUDGET_FIELDS)} is needed (got {got})"
     vocab = model.get("vocab_size")
     if spec.data.vocab_size and _is_int(vocab) and vocab < spec.data.vocab_size:
         yield (f"model.vocab_size: {vocab} is smaller than data.vocab_size="
                f"{spec.data.vocab_size}")
+
+
+#: Model fields a scaling study's size rule or ladder sets for every trial.
+SCALING_OWNED_MODEL = ("preset", "d_model", "n_layers", "n_heads", "d_ff", "d_head", "d_ff_ratio")
+#: Train fields that fix the batch, from which each grid point's step count is laid out.
+SCALING_FIXED_TRAIN = ("batch_size", "grad_accum", "batch_tokens")
+
+
+def _check_scaling(spec: StudySpec, budgets: list[str]) -> Iterator[str]:
+    """A scaling study owns the shape and the budget of every trial, and trains each to the end."""
+    rung = "scaling.rule" if spec.scaling.rule is not None else "scaling.ladder"
+    for name in SCALING_OWNED_MODEL:
+        if name in spec.model:
+            yield f"model.{name}: a scaling study takes every shape from {rung}; remove it"
+    for name in budgets:
+        yield (f"train.{name}: a scaling study trains each shape for tokens = budget / FLOPs "
+               "per token, from scaling.budgets; remove it")
+    for name in SCALING_FIXED_TRAIN:
+        if isinstance(spec.train.get(name), dict) or (
+                name in spec.train and not isinstance(spec.train[name], (int, float))):
+            yield (f"train.{name}: must be fixed in a scaling study (each grid point's step "
+                   "count is laid out from it)")
+    if "seq_len" in spec.model and not isinstance(spec.model["seq_len"], int):
+        yield ("model.seq_len: must be fixed in a scaling study (each grid point's step count "
+               "is laid out from it)")
+    s = spec.search
+    if "n_trials" in s.model_fields_set:
+        yield ("search.n_trials: a scaling study's trials are its grid points (scaling.budgets "
+               "x scaling.sizes_per_budget); remove it")
+    if s.scheduler == "pbt":
+        yield ("search.scheduler: pbt mutates trials mid-run and cannot lay out an IsoFLOP "
+               "grid; use none (the default for scaling studies)")
+    if list(s.objectives) != [METRIC_VAL_LOSS]:
+        yield "search.objectives: a scaling study fits val_loss only; remove the others"
 
 
 # ------------------------------------------------------------------------------ conditions
@@ -331,6 +367,8 @@ def _check_pbt(spec: StudySpec, pbt: PBTSpec) -> list[str]:
         problems.append(f"search.pbt.checkpoint_interval: {ckpt} tokens does not divide "
                         f"perturbation_interval={pbt.perturbation_interval}; members could only "
                         "exploit a stale checkpoint")
+    if spec.scaling is not None:
+        return problems
     budget_name, budget = spec.budget()
     if budget_name == "tokens" and _is_num(budget) and pbt.perturbation_interval >= budget:
         problems.append(f"search.pbt.perturbation_interval: {pbt.perturbation_interval} tokens "

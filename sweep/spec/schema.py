@@ -147,6 +147,142 @@ class TrackingSpec(_Section):
     experiment: str | None = None
 
 
+class WidthRange(_Section):
+    """``scaling.rule.d_model`` as a range: ``min`` to ``max`` (inclusive) in steps of ``step``."""
+
+    min: int = Field(gt=0)
+    max: int = Field(gt=0)
+    step: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> WidthRange:
+        if self.max < self.min:
+            raise ValueError(f"max={self.max} is below min={self.min}")
+        return self
+
+    def widths(self) -> list[int]:
+        return list(range(self.min, self.max + 1, self.step))
+
+
+class SizeRuleSpec(_Section):
+    """``scaling.rule``: a family of shapes from a range of widths.
+
+    Each width ``d_model`` gets ``n_layers = max(1, round(d_model / aspect))`` (a fixed aspect
+    ratio, Kaplan et al. 2020 section 3.1 and Hoffmann et al. 2022 table A9 keep
+    d_model / n_layers roughly fixed) or the given ``n_layers`` (one depth for every width, or a
+    list paired with the widths), ``n_heads = d_model / d_head`` and
+    ``d_ff = round(d_ff_ratio * d_model)``.
+    """
+
+    d_model: list[int] | WidthRange
+    aspect: float | None = Field(default=None, gt=0)
+    n_layers: int | list[int] | None = None
+    d_head: int = Field(default=64, gt=0)
+    d_ff_ratio: float = Field(default=4.0, gt=0)
+
+    @field_validator("d_model")
+    @classmethod
+    def _widths(cls, value: list[int] | WidthRange) -> list[int] | WidthRange:
+        widths = value.widths() if isinstance(value, WidthRange) else value
+        if len(widths) < 3 or any(w <= 0 for w in widths) or len(set(widths)) != len(widths):
+            raise ValueError(f"{len(widths)} widths: give at least 3 distinct positive widths")
+        return value
+
+    @model_validator(mode="after")
+    def _depth(self) -> SizeRuleSpec:
+        if (self.aspect is None) == (self.n_layers is None):
+            raise ValueError("give exactly one of aspect (d_model / n_layers) and n_layers")
+        widths = self.widths()
+        if isinstance(self.n_layers, list) and len(self.n_layers) != len(widths):
+            raise ValueError(f"n_layers has {len(self.n_layers)} entries for {len(widths)} "
+                             "widths; give one depth, or one per width")
+        depths = self.n_layers if isinstance(self.n_layers, list) else [self.n_layers or 1]
+        if any(d < 1 for d in depths):
+            raise ValueError("n_layers: every depth must be >= 1")
+        bad = [w for w in widths if w % self.d_head]
+        if bad:
+            raise ValueError(f"d_model {bad} not divisible by d_head={self.d_head}")
+        return self
+
+    def widths(self) -> list[int]:
+        return self.d_model.widths() if isinstance(self.d_model, WidthRange) \
+            else list(self.d_model)
+
+    def parameters(self) -> dict[str, Any]:
+        """The rule's settings, as logged on every trial (``scaling.<name>``)."""
+        out: dict[str, Any] = {"d_head": self.d_head, "d_ff_ratio": self.d_ff_ratio}
+        if self.aspect is not None:
+            out["aspect"] = self.aspect
+        elif isinstance(self.n_layers, int):
+            out["n_layers"] = self.n_layers
+        return out
+
+
+class ShapeSpec(_Section):
+    """One rung of ``scaling.ladder``: a model shape."""
+
+    d_model: int = Field(gt=0)
+    n_layers: int = Field(gt=0)
+    n_heads: int = Field(gt=0)
+    d_ff: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _heads(self) -> ShapeSpec:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by "
+                             f"n_heads={self.n_heads}")
+        return self
+
+
+class ScalingSpec(_Section):
+    """``scaling``: an IsoFLOP study (Hoffmann et al. 2022, section 3.2).
+
+    For each FLOP budget in ``budgets`` the service trains ``sizes_per_budget`` shapes from the
+    size rule (``rule``) or ``ladder``, log-spaced from N*/``span`` to N* x ``span`` around the
+    expected optimum N*, each for tokens = budget / (training FLOPs per token of the cost model).
+    N* is where tokens / params equals ``tokens_per_param`` (Hoffmann et al. 2022 find about 20)
+    or, with ``recentre`` and budgets run in ascending order, the optimum predicted from the
+    earlier budgets' results. Shapes that would train less than one optimizer step, or more than
+    ``max_epochs`` passes over the corpus's training split, are dropped with a note (Muennighoff
+    et al. 2023, "Scaling Data-Constrained Language Models": up to about 4 epochs of repeated
+    data are worth nearly as much as new data).
+    """
+
+    budgets: list[float] = Field(min_length=1)
+    rule: SizeRuleSpec | None = None
+    ladder: list[ShapeSpec] | None = None
+    sizes_per_budget: int = Field(default=7, ge=3)
+    tokens_per_param: float = Field(default=20.0, gt=0)
+    span: float = Field(default=4.0, gt=1)
+    recentre: bool = True
+    max_epochs: float = Field(default=4.0, gt=0)
+
+    @field_validator("budgets")
+    @classmethod
+    def _budgets(cls, value: list[float]) -> list[float]:
+        import math
+
+        for b in value:
+            if not (math.isfinite(b) and b > 0):
+                raise ValueError(f"budget {b!r}: every budget must be a finite FLOP count > 0")
+        if len(set(value)) != len(value):
+            raise ValueError("budgets must be distinct")
+        return sorted(value)
+
+    @model_validator(mode="after")
+    def _family(self) -> ScalingSpec:
+        if (self.rule is None) == (self.ladder is None):
+            raise ValueError("give exactly one of rule (a size rule) and ladder (a list of "
+                             "shapes)")
+        if self.ladder is not None:
+            if len(self.ladder) < 3:
+                raise ValueError(f"ladder has {len(self.ladder)} shapes; an IsoFLOP curve needs "
+                                 "at least 3")
+            if len({tuple(s.model_dump().values()) for s in self.ladder}) != len(self.ladder):
+                raise ValueError("ladder lists a shape twice")
+        return self
+
+
 class StudySpec(BaseModel):
     """A validated study spec. Construct with `load_spec` / `parse_spec`.
 
@@ -166,6 +302,18 @@ class StudySpec(BaseModel):
     constraints: ConstraintsSpec = Field(default_factory=ConstraintsSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    scaling: ScalingSpec | None = None
+
+    @model_validator(mode="after")
+    def _scaling_defaults(self) -> StudySpec:
+        # An IsoFLOP curve needs every size trained to its budget: no early stopping unless
+        # the spec asks for it (sweep validate then warns).
+        if self.scaling is not None:
+            given = self.search.model_fields_set
+            update = {k: "none" for k in ("pruner", "scheduler") if k not in given}
+            if update:
+                object.__setattr__(self, "search", self.search.model_copy(update=update))
+        return self
 
     @model_validator(mode="after")
     def _default_experiment(self) -> StudySpec:
@@ -175,6 +323,17 @@ class StudySpec(BaseModel):
         return self
 
     # ------------------------------------------------------------------------- accessors
+    def to_data(self) -> dict[str, Any]:
+        """The spec as plain data that `parse_spec` reads back to an equal spec.
+
+        A scaling study's ``search.n_trials`` is left out: its trials are its grid points, and
+        the rules refuse the field in a scaling spec.
+        """
+        data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if self.scaling is not None:
+            data["search"].pop("n_trials", None)
+        return data
+
     def params(self) -> list[SpecParam]:
         """All ``model`` and ``train`` keys in define-by-run order.
 
@@ -195,7 +354,14 @@ class StudySpec(BaseModel):
         return out
 
     def budget(self) -> tuple[str, Any]:
-        """The training budget: (``tokens``|``flops``|``steps``|``seconds``, value or domain)."""
+        """The training budget: (``tokens``|``flops``|``steps``|``seconds``, value or domain).
+
+        A scaling study's budget is ``flops``, one of ``scaling.budgets`` per trial.
+        """
+        if self.scaling is not None:
+            from sweep.spec.domains import ChoiceDomain
+
+            return "flops", ChoiceDomain(choice=list(self.scaling.budgets))
         name = next(k for k in _BUDGET_FIELDS if k in self.train)
         return name, self.train[name]
 

@@ -27,6 +27,7 @@ from sweep.space import SpaceSummary
 from sweep.spec import StudySpec, parse_spec, spec_hash
 from sweep.study.preflight import PreflightError, preflight
 from sweep.study.progress import ProgressView
+from sweep.study.scaling import planned_trials, run_scaling
 from sweep.study.summary import finish_study
 from sweep.study.trial import StudyContext
 from sweep.tracking import StudyTracker
@@ -86,7 +87,7 @@ def with_overrides(spec: StudySpec, *, executor: str | None = None,
     """
     if executor is None and n_trials is None:
         return spec
-    data = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data = spec.to_data()
     search = data["search"]
     if executor is not None and executor != spec.search.executor:
         search["executor"] = executor
@@ -175,11 +176,19 @@ def _ray_connection(address: str | None):
             ray.shutdown()
 
 
+def _printer(console: Any):
+    if console is None:
+        from rich.console import Console
+
+        console = Console(stderr=True)
+    return lambda line: console.print(line, highlight=False, soft_wrap=True)
+
+
 def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary, *,
          quiet: bool, ray_address: str | None, device: str | None,
          console: Any) -> StudySummary:
     uri = spec.tracking_uri(out)
-    plain = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    plain = spec.to_data()
     # The stored spec (parent run's spec.yaml) keeps no passwords of storage or tracking URLs.
     if plain["search"].get("storage"):
         plain["search"]["storage"] = tracking.shown_uri(plain["search"]["storage"])
@@ -193,9 +202,17 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
         tracker.log_baseline(corpus.baseline_unigram_loss)
         ctx = StudyContext(spec, out, tracker.context, device=device, summary=space_summary,
                            _corpus=[corpus])
-        with ProgressView(spec.name, spec.search.n_trials, quiet=quiet,
-                          console=console) as view:
-            study = executor.run(ctx, spec.search.n_trials, view, address=ray_address)
+        total = spec.search.n_trials
+        if spec.scaling is not None:
+            total = planned_trials(spec, len(corpus.train))
+        with ProgressView(spec.name, total, quiet=quiet, console=console) as view:
+            if spec.scaling is None:
+                study = executor.run(ctx, total, view, address=ray_address)
+            else:
+                say = None if quiet else _printer(console)
+                study = run_scaling(executor, ctx, view, address=ray_address,
+                                    corpus_train_tokens=len(corpus.train),
+                                    client=tracker.client, say=say)
         names = list(spec.search.objectives) if len(spec.search.objectives) > 1 else None
         result = finish_study(tracker, study, objective_names=names)
     return StudySummary(

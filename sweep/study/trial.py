@@ -26,8 +26,17 @@ from models.config import ModelConfig
 from models.errors import ConfigError
 from sweep import space
 from sweep.data import Corpus, load_corpus
-from sweep.schema import METRIC_VAL_LOSS, TrialState, cost_metrics
+from sweep.schema import (
+    METRIC_BUDGET_FLOPS,
+    METRIC_N_PARAMS,
+    METRIC_N_TOKENS,
+    METRIC_TOKENS_PER_PARAM,
+    METRIC_VAL_LOSS,
+    TrialState,
+    cost_metrics,
+)
 from sweep.space import SpaceSummary
+from sweep.space.grid import SCALING_POINT, Shape, point_label
 from sweep.spec import StudySpec
 from sweep.tracking import TrialContext, TrialRun
 from sweep.train import NullReporter, Reporter, TrainConfig, Trainer
@@ -46,6 +55,8 @@ class StudyContext:
         tracking: The study's MLflow experiment and parent run.
         device: Device override for training (``None``: the train config's ``device``).
         summary: The space priced once by preflight (`sweep.space.SpaceSummary`), or None.
+        points: Flat params of trials to run next, in order (a scaling study's grid points,
+            ``{"scaling.point": label}``); when given, the executor runs exactly these.
     """
 
     spec: StudySpec
@@ -53,6 +64,7 @@ class StudyContext:
     tracking: TrialContext
     device: str | None = None
     summary: SpaceSummary | None = None
+    points: tuple[dict[str, Any], ...] = ()
     _corpus: list = field(default_factory=list, compare=False, repr=False)
 
     def corpus(self) -> Corpus:
@@ -171,6 +183,11 @@ def open_trial(
         ok, reason, estimate = space.check_constraints(ctx.spec, model, train, device=device)
         cost = cost_metrics(estimate)
         run.log_costs(cost)
+        if ctx.spec.scaling is not None:
+            run.log_costs(scaling_metrics(model, train, cost[METRIC_N_PARAMS]))
+            run.log_params({f"scaling.{k}": v for k, v in _rule_parameters(ctx.spec).items()}
+                           | {SCALING_POINT: point_label(train.flops, Shape(
+                               model.d_model, model.n_layers, model.n_heads, model.d_ff))})
         constraints = space.constraint_values(
             ctx.spec, estimate, memory_limit_bytes=space.memory_limit_bytes(ctx.spec, device))
         if not ok:
@@ -179,6 +196,26 @@ def open_trial(
                                 run_id=run.run_id, constraints=constraints)
         owner.pop_all()  # the caller ends the run from here on
     return OpenTrial(number, run, model, train, cost, constraints)
+
+
+def scaling_metrics(model: ModelConfig, train: TrainConfig, n_params: float) -> dict[str, float]:
+    """A scaling trial's ``budget_flops`` (C), ``n_tokens`` (D) and ``tokens_per_param`` (D/N).
+
+    D is the tokens the trial trains: whole optimizer steps of C / FLOPs per token
+    (`sweep.train.config.resolve_budget`).
+    """
+    from sweep.train.config import resolve_budget
+
+    tokens = resolve_budget(train, model).total_tokens
+    return {METRIC_BUDGET_FLOPS: float(train.flops), METRIC_N_TOKENS: float(tokens),
+            METRIC_TOKENS_PER_PARAM: tokens / n_params}
+
+
+def _rule_parameters(spec: StudySpec) -> dict[str, Any]:
+    sc = spec.scaling
+    if sc.rule is not None:
+        return sc.rule.parameters()
+    return {"ladder": len(sc.ladder)}
 
 
 def train_trial(ctx: StudyContext, trial: OpenTrial,

@@ -19,7 +19,7 @@ from models.errors import ConfigError, reject_unknown
 __all__ = ["BUDGET_FIELDS", "LIVE_HPARAMS", "PRECISIONS", "SCHEDULES", "Budget", "TrainConfig",
            "resolve_budget"]
 
-SCHEDULES = ("cosine", "linear", "constant")
+SCHEDULES = ("cosine", "linear", "constant", "wsd")
 PRECISIONS = ("auto", "fp32", "bf16")
 BUDGET_FIELDS = ("tokens", "flops", "steps", "seconds")
 #: Hyperparameters a live `sweep.train.Trainer` can change between steps without changing any
@@ -46,8 +46,11 @@ class TrainConfig:
         weight_decay: Decoupled weight decay (Loshchilov & Hutter 2019) on matrices only.
         betas: AdamW (beta1, beta2).
         warmup: Linear warmup length: a fraction of the budget if < 1, else tokens.
-        schedule: Decay after warmup: ``cosine``, ``linear`` or ``constant``.
-        min_lr_ratio: Final learning rate as a fraction of ``lr`` (cosine and linear).
+        schedule: Decay after warmup: ``cosine``, ``linear``, ``constant`` or ``wsd``
+            (warmup-stable-decay: constant, then a (1 - sqrt) cooldown over the last
+            ``decay_fraction`` of the budget; see `sweep.train.schedule`).
+        min_lr_ratio: Final learning rate as a fraction of ``lr`` (cosine, linear, wsd).
+        decay_fraction: ``wsd`` only: the share of the budget spent cooling down, in (0, 1].
         grad_clip: Max global gradient norm; 0 turns clipping off.
         grad_accum: Micro-batches per optimizer step.
         batch_tokens: Alternative to ``grad_accum``: tokens per optimizer step; must be a
@@ -71,6 +74,7 @@ class TrainConfig:
     warmup: float = 0.05
     schedule: str = "cosine"
     min_lr_ratio: float = 0.1
+    decay_fraction: float = 0.2
     grad_clip: float = 1.0
     grad_accum: int = 1
     batch_tokens: int | None = None
@@ -117,6 +121,8 @@ class TrainConfig:
                 raise ConfigError(f"{name}={v!r} must be a finite number >= 0")
         if not _is_num(self.min_lr_ratio) or not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError(f"min_lr_ratio={self.min_lr_ratio!r} must be in [0, 1]")
+        if not _is_num(self.decay_fraction) or not 0 < self.decay_fraction <= 1:
+            raise ConfigError(f"decay_fraction={self.decay_fraction!r} must be in (0, 1]")
         if (
             not isinstance(self.betas, tuple)
             or len(self.betas) != 2

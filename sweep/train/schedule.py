@@ -7,6 +7,16 @@ Cosine decay to a floor follows Loshchilov & Hutter 2017 ("SGDR", eq. 5, one cyc
 restarts) as used by GPT-3 (Brown et al. 2020, appendix B) and nanoGPT's ``get_lr``: the rate
 rises linearly to ``lr`` over the warmup, then falls to ``min_lr_ratio * lr`` at the end of the
 budget.
+
+Warmup-stable-decay (``wsd``; Hagele et al. 2024, "Scaling Laws and Compute-Optimal Training
+Beyond Fixed Training Durations", section 3; Hu et al. 2024, "MiniCPM") holds the peak rate
+after warmup and cools down only over the last ``decay_fraction`` of the budget, with their
+best cooldown shape, 1 - sqrt(progress through the cooldown), to ``min_lr_ratio * lr``. Its
+loss at the end matches cosine's at the same length (their figures 3-4); the stable phase does
+not depend on where training will stop, which is what lets one run serve several lengths by
+cooling down from a stable-phase checkpoint. The trade-off: the loss during the stable phase is
+above cosine's at equal tokens, so only the cooled-down end of each run is a valid point of a
+scaling curve, and a cooldown of 10-20% is part of every budget's cost.
 """
 
 from __future__ import annotations
@@ -22,15 +32,18 @@ def lr_factor(
     total: float,
     warmup: float,
     min_lr_ratio: float,
+    *,
+    decay_fraction: float = 0.2,
 ) -> float:
     """Multiplier of the peak learning rate for the step that ends at ``done``.
 
     Args:
-        schedule: ``cosine``, ``linear`` or ``constant``.
+        schedule: ``cosine``, ``linear``, ``constant`` or ``wsd``.
         done: Progress at the end of this step (tokens, or seconds for time budgets).
         total: Progress at the end of the budget, same unit.
         warmup: Warmup length, same unit; 0 for none.
         min_lr_ratio: Floor of the decay as a fraction of the peak.
+        decay_fraction: ``wsd``: the cooldown's share of ``total``, in (0, 1].
 
     Returns:
         A factor in (0, 1]: ``done / warmup`` during warmup, then the decay.
@@ -39,6 +52,12 @@ def lr_factor(
         return max(done, 0.0) / warmup
     if schedule == "constant" or total <= warmup:
         return 1.0
+    if schedule == "wsd":
+        start = max(warmup, total * (1.0 - decay_fraction))
+        if done <= start:
+            return 1.0
+        frac = min(1.0, (done - start) / (total - start))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * (1.0 - math.sqrt(frac))
     frac = min(1.0, max(0.0, (done - warmup) / (total - warmup)))
     if schedule == "linear":
         decay = 1.0 - frac

@@ -194,9 +194,10 @@ class Trainer:
         if b.seconds is not None:
             spent = self.timings["compute_s"] + self.timings["data_s"] + step_s
             return self.lr * lr_factor(tc.schedule, spent, b.seconds, tc.warmup * b.seconds,
-                                       tc.min_lr_ratio)
+                                       tc.min_lr_ratio, decay_fraction=tc.decay_fraction)
         return self.lr * lr_factor(tc.schedule, self.tokens_seen + b.step_tokens,
-                                   b.total_tokens, b.warmup_tokens, tc.min_lr_ratio)
+                                   b.total_tokens, b.warmup_tokens, tc.min_lr_ratio,
+                                   decay_fraction=tc.decay_fraction)
 
     def _train_step(self, last_step_s: float) -> bool:
         """One optimizer step; returns False (and marks the trial DIVERGED) if non-finite."""

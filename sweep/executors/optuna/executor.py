@@ -13,6 +13,7 @@ import math
 import multiprocessing
 import os
 import threading
+from typing import Any
 
 import optuna
 import torch
@@ -162,6 +163,22 @@ def _rows(study: optuna.Study) -> list[TrialRow]:
     return rows
 
 
+def enqueue(study: optuna.Study, points: tuple[dict[str, Any], ...]) -> int:
+    """Queue ``points`` (flat params) as the study's next trials; returns how many to run.
+
+    A point already waiting in the storage (queued by a run that stopped before it started)
+    is not queued twice; it still counts.
+    """
+    waiting = [t.params or t.system_attrs.get("fixed_params", {})
+               for t in study.get_trials(deepcopy=False, states=(OptunaState.WAITING,))]
+    for point in points:
+        if dict(point) in waiting:
+            waiting.remove(dict(point))
+        else:
+            study.enqueue_trial(dict(point))
+    return len(points)
+
+
 def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
         address: str | None = None) -> optuna.Study:
     """Run trials until the study holds ``n_trials`` (``search.parallel`` processes).
@@ -169,6 +186,7 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
     Args:
         ctx: The study context.
         n_trials: Trials the study should hold at the end; a resumed study runs the rest.
+            With ``ctx.points``, exactly those points run instead (queued, `enqueue`).
         view: Progress display, polled from the storage every second.
         address: Not used: Optuna workers are processes on this machine; other machines join
             through shared storage with ``sweep worker``.
@@ -177,7 +195,10 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
         The Optuna study.
     """
     study = create_study(ctx)
-    n_trials = max(0, n_trials - len(study.get_trials(deepcopy=False)))
+    if ctx.points:
+        n_trials = enqueue(study, ctx.points)
+    else:
+        n_trials = max(0, n_trials - len(study.get_trials(deepcopy=False)))
     parallel = max(1, min(ctx.spec.search.parallel, n_trials))
     stop = threading.Event()
 

@@ -91,7 +91,8 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
     Args:
         ctx: The study context.
         n_trials: Trials the study should hold at the end (PBT: the population size); a
-            resumed study runs the rest, numbered after the trials it holds.
+            resumed study runs the rest, numbered after the trials it holds. With
+            ``ctx.points``, exactly those points run (``OptunaSearch``'s points_to_evaluate).
         view: Progress display, updated from Ray's trial events.
         address: Ray cluster address; default ``RAY_ADDRESS``, else a local Ray.
 
@@ -103,7 +104,7 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
     held = read_trials(ctx.tracking.tracking_uri, ctx.tracking.experiment_id,
                        ctx.tracking.parent_run_id)
     offset = max((t["trial"] for t in held), default=-1) + 1
-    n_trials = max(0, n_trials - len(held))
+    n_trials = len(ctx.points) if ctx.points else max(0, n_trials - len(held))
     tracker = StudyCallback(ctx, view, offset)
     if not n_trials:
         return None
@@ -126,7 +127,8 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
             modes = ["min" if d == "minimize" else "max" for d in spec.search.directions]
             searcher = OptunaSearch(space=_SearchSpace(spec, offset), metric=metric,
                                     mode=modes if multi else modes[0],
-                                    sampler=space.make_sampler(spec))
+                                    sampler=space.make_sampler(spec),
+                                    points_to_evaluate=[dict(p) for p in ctx.points] or None)
             param_space = {}
             trainable = search_trainable(ctx)
             tune_config = tune.TuneConfig(

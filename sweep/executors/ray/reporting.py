@@ -69,8 +69,8 @@ class TuneReporter:
 
 
 def trial_params(config: dict[str, Any]) -> dict[str, Any]:
-    """The sampled params (``model.*`` and ``train.*`` keys) of a Ray trial's config."""
-    return {k: v for k, v in config.items() if k.startswith(("model.", "train."))}
+    """The sampled params (``model.*``, ``train.*`` and ``scaling.*`` keys) of a Ray config."""
+    return {k: v for k, v in config.items() if k.startswith(("model.", "train.", "scaling."))}
 
 
 def cost_report(spec: StudySpec, cost: dict[str, float]) -> dict[str, float]:

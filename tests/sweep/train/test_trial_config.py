@@ -99,6 +99,22 @@ def test_schedule_shapes():
     )
 
 
+def test_wsd_holds_the_peak_then_cools_down_as_one_minus_sqrt():
+    # Hagele et al. 2024: warmup, constant, then 1 - sqrt over the last decay_fraction.
+    assert lr_factor("wsd", 50, 1000, 100, 0.1) == pytest.approx(0.5)
+    assert lr_factor("wsd", 100, 1000, 100, 0.1) == 1.0
+    assert lr_factor("wsd", 800, 1000, 100, 0.1, decay_fraction=0.2) == 1.0
+    # a quarter of the way through the cooldown: 1 - sqrt(0.25) = 0.5 of the way to the floor
+    assert lr_factor("wsd", 850, 1000, 100, 0.1, decay_fraction=0.2) == pytest.approx(0.55)
+    assert lr_factor("wsd", 1000, 1000, 100, 0.0, decay_fraction=0.2) == pytest.approx(0.0)
+    # a cooldown longer than the post-warmup part starts right after warmup
+    assert lr_factor("wsd", 100, 1000, 100, 0.0, decay_fraction=1.0) == pytest.approx(1.0)
+    assert lr_factor("wsd", 550, 1000, 100, 0.0, decay_fraction=1.0) == pytest.approx(
+        1 - math.sqrt(0.5))
+    with pytest.raises(ConfigError, match=r"decay_fraction=0 must be in \(0, 1\]"):
+        TrainConfig(tokens=1000, schedule="wsd", decay_fraction=0)
+
+
 def test_budget_below_one_step_is_an_error():
     model = ModelConfig(seq_len=64, d_model=32, n_heads=2)
     with pytest.raises(ConfigError, match="tokens=100 is less than one optimizer step of 512"):

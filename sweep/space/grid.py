@@ -1,0 +1,433 @@
+"""The IsoFLOP grid of a scaling study: which shape trains at which FLOP budget, for how long.
+
+Hoffmann et al. 2022 ("Training Compute-Optimal Large Language Models", section 3.2) train, for
+each budget C, a range of model sizes N for D = C / (FLOPs per token) tokens each, and read the
+compute-optimal N off the minimum of loss against N. Here the shapes come from the spec's size
+rule or ladder (`shapes`), priced by the project's cost model (`candidates`: N and the training
+FLOPs per token of `models.cost.flops_per_token`, so D = C / flops_per_token(shape, train=True),
+not C / 6N). For each budget, `layout_budget` picks ``sizes_per_budget`` shapes log-spaced from
+N*/span to N* x span around a centre N*: where D / N equals the spec's ``tokens_per_param``
+prior (`prior_centre`), or the optimum the earlier budgets point to (`recentre`, from each
+earlier curve's parabola vertex, `curve_optimum`). Shapes that would train less than one
+optimizer step, or more than ``max_epochs`` passes over the corpus's training split, are left
+out with a note.
+
+Every (budget, shape) pair has a label, the one categorical Optuna parameter
+``scaling.point`` (`SCALING_POINT`), whose choices are every budget times every shape of the
+family, so the domain does not change when a later budget is re-centred; the driver enqueues
+the chosen points.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sweep.schema import (
+    METRIC_BUDGET_FLOPS,
+    METRIC_MEM_ESTIMATE,
+    METRIC_N_PARAMS,
+    METRIC_N_TOKENS,
+    METRIC_TOKENS_PER_PARAM,
+)
+from sweep.spec import StudySpec
+
+__all__ = ["SCALING_POINT", "BudgetLayout", "Candidate", "GridPoint", "Shape", "all_labels",
+           "candidates", "curve_optimum", "grid_rows", "layout", "layout_budget",
+           "nearest_shapes", "parse_label", "point_values", "prior_centre", "recentre",
+           "shapes"]
+
+#: The Optuna / MLflow parameter that names a trial's grid point.
+SCALING_POINT = "scaling.point"
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """A model shape: width, depth, heads and MLP width."""
+
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+
+    @property
+    def label(self) -> str:
+        """``d<d_model>-L<n_layers>-h<n_heads>-ff<d_ff>``."""
+        return f"d{self.d_model}-L{self.n_layers}-h{self.n_heads}-ff{self.d_ff}"
+
+    def fields(self) -> dict[str, int]:
+        """The four ``model`` fields."""
+        return {"d_model": self.d_model, "n_layers": self.n_layers, "n_heads": self.n_heads,
+                "d_ff": self.d_ff}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A shape priced by the cost model (the study's fixed model fields filled in).
+
+    Attributes:
+        shape: The shape.
+        n_params: Total parameters (embeddings included), `models.cost.param_count`.
+        n_params_non_embedding: Parameters without the token and position embeddings.
+        flops_per_token_train: Training FLOPs per token (forward + backward, attention
+            included), `models.cost.flops_per_token(train=True)`.
+    """
+
+    shape: Shape
+    n_params: int
+    n_params_non_embedding: int
+    flops_per_token_train: float
+
+    def tokens(self, budget_flops: float) -> float:
+        """Tokens a budget of ``budget_flops`` buys this shape."""
+        return budget_flops / self.flops_per_token_train
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One trial of the grid.
+
+    Attributes:
+        budget_flops: The FLOP budget C.
+        candidate: The priced shape.
+        n_tokens: Tokens it trains (whole optimizer steps of the budget).
+        tokens_per_param: ``n_tokens / n_params``.
+    """
+
+    budget_flops: float
+    candidate: Candidate
+    n_tokens: int
+    tokens_per_param: float
+
+    @property
+    def label(self) -> str:
+        return point_label(self.budget_flops, self.candidate.shape)
+
+
+@dataclass
+class BudgetLayout:
+    """The shapes one budget trains.
+
+    Attributes:
+        budget_flops: The budget C.
+        centre_n_params: The N* the sizes are centred on.
+        centre_source: How N* was found (the tokens-per-param prior, or re-centred).
+        points: The grid points to train, smallest first.
+        dropped: ``(shape label, reason)`` of shapes within the span that cannot train.
+    """
+
+    budget_flops: float
+    centre_n_params: float
+    centre_source: str
+    points: list[GridPoint] = field(default_factory=list)
+    dropped: list[tuple[str, str]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------- family
+def shapes(spec: StudySpec) -> list[Shape]:
+    """The family of shapes of ``spec.scaling`` (rule or ladder), in the spec's order.
+
+    Raises:
+        ValueError: ``spec`` has no ``scaling`` section.
+    """
+    sc = spec.scaling
+    if sc is None:
+        raise ValueError(f"{spec.name}: not a scaling study (no scaling section)")
+    if sc.ladder is not None:
+        return [Shape(s.d_model, s.n_layers, s.n_heads, s.d_ff) for s in sc.ladder]
+    rule = sc.rule
+    widths = rule.widths()
+    out = []
+    for i, width in enumerate(widths):
+        if rule.aspect is not None:
+            depth = max(1, round(width / rule.aspect))
+        elif isinstance(rule.n_layers, list):
+            depth = rule.n_layers[i]
+        else:
+            depth = int(rule.n_layers)
+        out.append(Shape(width, depth, width // rule.d_head,
+                         max(1, round(rule.d_ff_ratio * width))))
+    return out
+
+
+def _configs(spec: StudySpec, values: dict[str, Any]):
+    from sweep.space.sampling import build_configs, fixed_values
+
+    return build_configs(spec, {**fixed_values(spec), **values})
+
+
+def candidates(spec: StudySpec) -> list[Candidate]:
+    """Every shape of the family priced with the study's fixed model fields, smallest N first.
+
+    Raises:
+        sweep.space.InvalidConfig: A shape that makes no valid model with the fixed fields.
+    """
+    from models.cost import flops_per_token, non_embedding_param_count, param_count
+
+    out = []
+    for shape in shapes(spec):
+        model, _ = _configs(spec, {f"model.{k}": v for k, v in shape.fields().items()}
+                            | {"train.flops": spec.scaling.budgets[0]})
+        out.append(Candidate(shape, param_count(model), non_embedding_param_count(model),
+                             flops_per_token(model, train=True)))
+    return sorted(out, key=lambda c: (c.n_params, c.shape))
+
+
+# ---------------------------------------------------------------------------------- labels
+def point_label(budget_flops: float, shape: Shape) -> str:
+    """``C<budget, 4 significant digits>/<shape label>``, e.g. ``C1e+13/d128-L4-h4-ff512``."""
+    return f"C{budget_flops:.4g}/{shape.label}"
+
+
+def all_labels(spec: StudySpec) -> list[str]:
+    """Every (budget, shape) label: budgets ascending, shapes in the family's order."""
+    return [point_label(b, s) for b in spec.scaling.budgets for s in shapes(spec)]
+
+
+def parse_label(spec: StudySpec, label: str) -> tuple[float, Shape]:
+    """The budget and shape a label names.
+
+    Raises:
+        ValueError: A label that is not one of `all_labels`.
+    """
+    for budget in spec.scaling.budgets:
+        for shape in shapes(spec):
+            if point_label(budget, shape) == label:
+                return float(budget), shape
+    raise ValueError(f"{SCALING_POINT}={label!r} is not a point of this study's grid")
+
+
+def point_values(spec: StudySpec, label: str) -> dict[str, Any]:
+    """The dotted ``model.*`` fields and ``train.flops`` of a label's point."""
+    budget, shape = parse_label(spec, label)
+    return {**{f"model.{k}": v for k, v in shape.fields().items()}, "train.flops": budget}
+
+
+# ---------------------------------------------------------------------------------- centre
+def prior_centre(cands: list[Candidate], budget_flops: float, tokens_per_param: float) -> float:
+    """N* where D / N = ``tokens_per_param`` at ``budget_flops``, D = C / FLOPs per token.
+
+    FLOPs per token are interpolated in log N between the family's shapes (extrapolated as
+    6N beyond them, Kaplan et al. 2020 eq. 2.1's dominant term, scaled to the nearest shape).
+    """
+    log_n = np.log([c.n_params for c in cands])
+    log_f = np.log([c.flops_per_token_train for c in cands])
+
+    def log_ratio(x: float) -> float:  # log(D / N) at log N = x; decreasing in x
+        if x < log_n[0]:
+            f = log_f[0] + (x - log_n[0])
+        elif x > log_n[-1]:
+            f = log_f[-1] + (x - log_n[-1])
+        else:
+            f = float(np.interp(x, log_n, log_f))
+        return math.log(budget_flops) - f - x
+
+    target = math.log(tokens_per_param)
+    lo, hi = log_n[0] - 20.0, log_n[-1] + 20.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if log_ratio(mid) > target else (lo, mid)
+    return math.exp(0.5 * (lo + hi))
+
+
+def curve_optimum(n_params, loss) -> float | None:
+    """One budget's optimum N from its trained points: the parabola vertex in log N.
+
+    The vertex of loss = c0 + c1 log N + c2 (log N)^2 (Hoffmann et al. 2022, section 3.2)
+    when it opens upwards and lies within the sampled sizes; else the size of the lowest loss.
+    None for fewer than 3 distinct sizes with finite losses.
+    """
+    n = np.asarray(n_params, dtype=float)
+    y = np.asarray(loss, dtype=float)
+    ok = np.isfinite(n) & np.isfinite(y) & (n > 0)
+    n, y = n[ok], y[ok]
+    if np.unique(n).size < 3:
+        return None
+    x = np.log(n)
+    c2, c1, _ = np.polyfit(x, y, 2)
+    if c2 > 0 and x.min() <= -c1 / (2 * c2) <= x.max():
+        return math.exp(-c1 / (2 * c2))
+    return float(n[np.argmin(y)])
+
+
+def recentre(budget_flops: float, optima: list[tuple[float, float]]) -> float | None:
+    """N* at ``budget_flops`` from earlier budgets' optima ``(C, N_opt)``.
+
+    Two or more: the least-squares line of log N_opt on log C, extrapolated (N_opt = k C^a,
+    Hoffmann et al. 2022 eq. 3); one: N_opt (C / C_1)^0.5 (their a = 0.5). None without any.
+    """
+    if not optima:
+        return None
+    if len(optima) == 1:
+        c1, n1 = optima[0]
+        return n1 * (budget_flops / c1) ** 0.5
+    log_c = np.log([c for c, _ in optima])
+    log_n = np.log([n for _, n in optima])
+    a, k = np.polyfit(log_c, log_n, 1)
+    return float(math.exp(k + a * math.log(budget_flops)))
+
+
+# ---------------------------------------------------------------------------------- layout
+def layout_budget(
+    spec: StudySpec,
+    budget_flops: float,
+    *,
+    cands: list[Candidate] | None = None,
+    centre_n_params: float | None = None,
+    centre_source: str | None = None,
+    corpus_train_tokens: int | None = None,
+) -> BudgetLayout:
+    """The points of one budget: ``sizes_per_budget`` shapes spanning the centre.
+
+    Targets are log-spaced from N*/span to N* x span; each takes the nearest shape (in log N)
+    not taken yet among those that can train (at least one optimizer step, at most
+    ``max_epochs`` passes over ``corpus_train_tokens`` when given).
+
+    Args:
+        spec: A scaling study.
+        budget_flops: The budget C.
+        cands: `candidates` (priced here when None).
+        centre_n_params: N*; default `prior_centre` from ``scaling.tokens_per_param``.
+        centre_source: How ``centre_n_params`` was found (for the report).
+        corpus_train_tokens: Tokens in the corpus's training split (no epoch limit when None).
+
+    Returns:
+        The `BudgetLayout`; fewer points than ``sizes_per_budget`` when the family is short.
+    """
+    from sweep.train.config import resolve_budget
+
+    sc = spec.scaling
+    cands = cands if cands is not None else candidates(spec)
+    if centre_n_params is None:
+        centre_n_params = prior_centre(cands, budget_flops, sc.tokens_per_param)
+        centre_source = f"prior: {sc.tokens_per_param:g} tokens per parameter"
+    out = BudgetLayout(float(budget_flops), float(centre_n_params), centre_source or "given")
+    lo, hi = centre_n_params / sc.span, centre_n_params * sc.span
+    usable: list[GridPoint] = []
+    for cand in cands:
+        model, train = _configs(spec, {**{f"model.{k}": v for k, v in cand.shape.fields().items()},
+                                       "train.flops": budget_flops})
+        reason = None
+        try:
+            budget = resolve_budget(train, model)
+        except ValueError as exc:
+            reason = str(exc)
+        else:
+            tokens = budget.total_tokens
+            if corpus_train_tokens is not None and tokens > sc.max_epochs * corpus_train_tokens:
+                reason = (f"{tokens:,} tokens is {tokens / corpus_train_tokens:.2f} epochs of "
+                          f"the corpus's {corpus_train_tokens:,} training tokens (over "
+                          f"scaling.max_epochs={sc.max_epochs:g})")
+        if reason is not None:
+            if lo / 1.5 <= cand.n_params <= hi * 1.5:
+                out.dropped.append((cand.shape.label, reason))
+            continue
+        usable.append(GridPoint(float(budget_flops), cand, int(tokens), tokens / cand.n_params))
+    if not usable:
+        return out
+    log_n = np.log([p.candidate.n_params for p in usable])
+    chosen: list[int] = []
+    for target in np.linspace(math.log(lo), math.log(hi), sc.sizes_per_budget):
+        order = np.argsort(np.abs(log_n - target), kind="stable")
+        pick = next((int(i) for i in order if int(i) not in chosen), None)
+        if pick is not None:
+            chosen.append(pick)
+    out.points = [usable[i] for i in sorted(chosen)]
+    return out
+
+
+def layout(spec: StudySpec, *, corpus_train_tokens: int | None = None) -> list[BudgetLayout]:
+    """Every budget laid out from the tokens-per-param prior (what ``sweep validate`` shows).
+
+    With ``scaling.recentre`` the study re-centres each budget after the first from the
+    earlier results as it runs, so its later budgets may differ from this layout.
+    """
+    cands = candidates(spec)
+    return [layout_budget(spec, b, cands=cands, corpus_train_tokens=corpus_train_tokens)
+            for b in spec.scaling.budgets]
+
+
+def grid_rows(spec: StudySpec, layouts: list[BudgetLayout], *, device: str = "auto",
+              flops_per_s: float | None = None) -> list[dict[str, Any]]:
+    """One row per grid point, for ``sweep validate``.
+
+    Args:
+        spec: A scaling study.
+        layouts: `layout`'s budgets.
+        device: The device whose training memory is estimated (`sweep.space.training_cost`).
+        flops_per_s: Measured training FLOP/s on this device (None: no time estimate).
+
+    Returns:
+        Dicts keyed by the schema's names (``budget_flops``, ``n_params``, ``n_tokens``,
+        ``tokens_per_param``, ``mem_estimate_bytes``: training, per micro-batch) plus ``shape`` and
+        ``est_seconds`` (``n_tokens`` x FLOPs per token / ``flops_per_s``, or None).
+    """
+    from sweep.space.constraints import training_cost
+
+    rows = []
+    for lay in layouts:
+        for p in lay.points:
+            model, train = _configs(spec, {**{f"model.{k}": v
+                                              for k, v in p.candidate.shape.fields().items()},
+                                           "train.flops": lay.budget_flops})
+            mem = training_cost(model, train, device).memory.total
+            flops = p.n_tokens * p.candidate.flops_per_token_train
+            rows.append({METRIC_BUDGET_FLOPS: lay.budget_flops,
+                         "shape": p.candidate.shape.label,
+                         METRIC_N_PARAMS: p.candidate.n_params, METRIC_N_TOKENS: p.n_tokens,
+                         METRIC_TOKENS_PER_PARAM: p.tokens_per_param,
+                         METRIC_MEM_ESTIMATE: mem,
+                         "est_seconds": flops / flops_per_s if flops_per_s else None})
+    return rows
+
+
+def _rule_shape(spec: StudySpec, width: int, depth_hint: int | None = None) -> Shape:
+    rule = spec.scaling.rule
+    if rule.aspect is not None:
+        depth = max(1, round(width / rule.aspect))
+    elif isinstance(rule.n_layers, list):
+        depth = depth_hint or rule.n_layers[-1]
+    else:
+        depth = int(rule.n_layers)
+    return Shape(width, depth, width // rule.d_head, max(1, round(rule.d_ff_ratio * width)))
+
+
+def _price(spec: StudySpec, shape: Shape) -> Candidate:
+    from models.cost import flops_per_token, non_embedding_param_count, param_count
+
+    model, _ = _configs(spec, {f"model.{k}": v for k, v in shape.fields().items()}
+                        | {"train.flops": spec.scaling.budgets[0]})
+    return Candidate(shape, param_count(model), non_embedding_param_count(model),
+                     flops_per_token(model, train=True))
+
+
+def nearest_shapes(spec: StudySpec, n_params: float, *, k: int = 3) -> list[Candidate]:
+    """The ``k`` shapes of the study's size rule nearest to ``n_params`` (in log N).
+
+    A ``rule`` extends past the study's widths: every multiple of the width step (the range's
+    ``step``, else ``d_head``) is a shape, depth from ``aspect`` (a list of depths keeps its
+    last depth beyond the list); a ``ladder`` offers its rungs only.
+
+    Returns:
+        Candidates, smallest N first.
+    """
+    sc = spec.scaling
+    if sc.ladder is not None:
+        pool = candidates(spec)
+    else:
+        rule = sc.rule
+        step = rule.d_model.step if not isinstance(rule.d_model, list) else rule.d_head
+        step = step * rule.d_head // math.gcd(step, rule.d_head)  # heads must divide
+        pool, m = [], 1
+        while True:
+            cand = _price(spec, _rule_shape(spec, step * m))
+            pool.append(cand)
+            if cand.n_params > 4 * n_params and len(pool) >= k:
+                break
+            # Grow the stride with the width so huge targets stay a few hundred shapes.
+            m += max(1, m // 64)
+    pool.sort(key=lambda c: abs(math.log(c.n_params / n_params)))
+    return sorted(pool[:k], key=lambda c: c.n_params)

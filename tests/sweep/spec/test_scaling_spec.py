@@ -1,0 +1,143 @@
+"""The ``scaling:`` section: defaults, the fields it owns, and one message per broken rule."""
+
+import copy
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sweep.cli import app
+from sweep.spec import SpecError, parse_spec
+
+BASE = {
+    "name": "iso",
+    "data": "builtin:python-stdlib",
+    "model": {"seq_len": 64},
+    "train": {"batch_size": 16, "lr": 3e-3},
+    "scaling": {"budgets": [6e11, 2e11, 2e12], "sizes_per_budget": 5,
+                "rule": {"d_model": {"min": 16, "max": 96, "step": 8}, "n_layers": 2,
+                         "d_head": 8}},
+}
+
+
+def spec_with(**changes):
+    data = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        *head, last = path.split("__")
+        node = data
+        for key in head:
+            node = node.setdefault(key, {})
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return data
+
+
+def message(data):
+    with pytest.raises(SpecError) as info:
+        parse_spec(data)
+    return str(info.value)
+
+
+def test_defaults_sort_budgets_and_turn_early_stopping_off():
+    spec = parse_spec(BASE)
+    sc = spec.scaling
+    assert sc.budgets == [2e11, 6e11, 2e12]
+    assert (sc.tokens_per_param, sc.span, sc.max_epochs, sc.recentre) == (20.0, 4.0, 4.0, True)
+    assert (spec.search.pruner, spec.search.scheduler) == ("none", "none")
+    assert spec.budget()[0] == "flops"
+    explicit = parse_spec(spec_with(search__pruner="hyperband"))
+    assert explicit.search.pruner == "hyperband"  # asked for: kept (validate warns)
+
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({"model__d_model": 64}, "model.d_model: a scaling study takes every shape from "
+                             "scaling.rule"),
+    ({"model__d_head": 16}, "model.d_head: a scaling study takes every shape"),
+    ({"train__tokens": 100000}, "train.tokens: a scaling study trains each shape for tokens"),
+    ({"train__batch_size": {"choice": [8, 16]}}, "train.batch_size: must be fixed in a scaling"),
+    ({"search__n_trials": 12}, "search.n_trials: a scaling study's trials are its grid points"),
+    ({"search__objectives": ["val_loss", "n_params"]}, "search.objectives: a scaling study fits "
+                                                       "val_loss only"),
+    ({"scaling__budgets": [1e12, -3.0]}, "every budget must be a finite FLOP count > 0"),
+    ({"scaling__budgets": [1e12, 1e12]}, "budgets must be distinct"),
+    ({"scaling__sizes_per_budget": 2}, "scaling.sizes_per_budget"),
+    ({"scaling__span": 1.0}, "scaling.span"),
+    ({"scaling__rule__aspect": 32}, "give exactly one of aspect (d_model / n_layers) and "
+                                    "n_layers"),
+    ({"scaling__rule__d_head": 24}, "not divisible by d_head=24"),
+    ({"scaling__rule__d_model": [16, 32]}, "2 widths: give at least 3 distinct positive widths"),
+    ({"scaling__rule__n_layers": [1, 2]}, "n_layers has 2 entries for 11 widths"),
+    ({"scaling__ladder": [{"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64}]},
+     "give exactly one of rule (a size rule) and ladder"),
+])
+def test_broken_rules_are_named(changes, expected):
+    assert expected in message(spec_with(**changes))
+
+
+def test_ladder_rules():
+    rung = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64}
+    base = spec_with(scaling__rule=None)
+    assert "ladder has 2 shapes" in message(spec_with(scaling__rule=None,
+                                                      scaling__ladder=[rung, rung]))
+    base["scaling"]["ladder"] = [rung, rung, rung]
+    assert "ladder lists a shape twice" in message(base)
+    base["scaling"]["ladder"] = [{**rung, "n_heads": 3}, rung, {**rung, "d_model": 64}]
+    assert "d_model=32 is not divisible by n_heads=3" in message(base)
+
+
+def test_pbt_is_refused():
+    data = spec_with(search__executor="ray", search__scheduler="pbt", search__sampler="random",
+                     search__pbt={"perturbation_interval": 4096,
+                                  "hyperparam_mutations": {"lr": {"float": [1e-4, 1e-2]}}})
+    assert "search.scheduler: pbt mutates trials mid-run" in message(data)
+
+
+runner = CliRunner()
+
+
+def test_validate_prints_the_grid_and_warns_on_pruning(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "iso.yaml"
+    path.write_text(yaml.safe_dump(spec_with(search__pruner="hyperband",
+                                             scaling__tokens_per_param=40)))
+    result = runner.invoke(app, ["validate", str(path)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "IsoFLOP grid: 15 trials" in out
+    for budget in ("2e+11", "6e+11", "2e+12"):
+        assert f"C={budget}: centred on N*=" in out
+    assert "prior: 40 tokens per parameter" in out
+    assert "tokens/N" in out and "memory" in out and "est. time" in out
+    assert "warning: search.pruner=hyperband: early stopping removes points" in out
+    assert not (tmp_path / "runs").exists()  # validate writes nothing
+
+
+def test_validate_refuses_a_bad_scaling_spec(tmp_path):
+    path = tmp_path / "iso.yaml"
+    path.write_text(yaml.safe_dump(spec_with(model__n_layers=2)))
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert "model.n_layers: a scaling study takes every shape from scaling.rule" in result.output
+
+
+def test_a_scaling_spec_round_trips_through_its_stored_form():
+    spec = parse_spec(BASE)
+    again = parse_spec(spec.to_data())
+    assert again == spec
+    from sweep.study import with_overrides
+
+    assert with_overrides(spec, executor="ray").search.executor == "ray"
+    with pytest.raises(SpecError, match="search.n_trials: a scaling study's trials"):
+        with_overrides(spec, n_trials=5)
+
+
+def test_run_refuses_trials_for_a_scaling_study(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "iso.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    result = runner.invoke(app, ["run", str(path), "--trials", "3"])
+    assert result.exit_code == 2
+    assert "--trials 3: a scaling study's trials are its grid points" in result.output
+    assert not (tmp_path / "runs").exists()
