@@ -1,14 +1,53 @@
-"""Scaling laws fitted to a study's trials.
+"""Scaling laws fitted to a study's trials, and the models they recommend.
 
-So far the one-variable law L(X) = E + A / X^alpha (`fit_power_law`), Chinchilla's approach 2
-(`fit_isoflop`: a parabola per IsoFLOP curve, with its bias flagged) and approach 3, the
-parametric L(N, D) with its compute-optimal split (`fit_parametric`, `compute_optimal`).
+- `load_runs` / `load_curves` (`sweep.scaling.runs`): a study's trained points and evaluations.
+- Fits, each returning a `FitResult` with intervals: `fit_power_law` (L = E + A / X^alpha),
+  `fit_envelope` (Chinchilla approach 1), `fit_isoflop` (approach 2, with its bias flagged),
+  `fit_parametric` (approach 3, as Hoffmann et al.), `fit_vpnls` (variable projection).
+- `optimal_allocation`: N_opt, D_opt and the loss for a budget, under C = 6ND or the cost model.
+- `analyze` (`sweep.scaling.report`): the approaches side by side, as `sweep analyze scaling`.
+- `recommend`: the shapes of the study's size rule nearest to N_opt, priced by the cost model.
+
+Names are imported on first use (PEP 562), so ``import sweep.scaling`` loads neither scipy nor
+MLflow; ``sweep analyze scaling`` refuses bad input before either is loaded.
 """
 
-from sweep.scaling.isoflop import IsoFLOPCurve, IsoFLOPFit, fit_isoflop
-from sweep.scaling.parametric import ParametricFit, compute_optimal, fit_parametric
-from sweep.scaling.powerlaw import PowerLawFit, fit_power_law
-from sweep.scaling.result import FitError, FitResult
+from __future__ import annotations
 
-__all__ = ["FitError", "FitResult", "IsoFLOPCurve", "IsoFLOPFit", "ParametricFit", "PowerLawFit",
-           "compute_optimal", "fit_isoflop", "fit_parametric", "fit_power_law"]
+import importlib
+from typing import Any
+
+_LAZY = {
+    "Allocation": "sweep.scaling.allocation",
+    "optimal_allocation": "sweep.scaling.allocation",
+    "EnvelopeFit": "sweep.scaling.envelope",
+    "fit_envelope": "sweep.scaling.envelope",
+    "FitError": "sweep.scaling.result",
+    "FitResult": "sweep.scaling.result",
+    "IsoFLOPCurve": "sweep.scaling.isoflop",
+    "IsoFLOPFit": "sweep.scaling.isoflop",
+    "fit_isoflop": "sweep.scaling.isoflop",
+    "ParametricFit": "sweep.scaling.parametric",
+    "compute_optimal": "sweep.scaling.parametric",
+    "fit_parametric": "sweep.scaling.parametric",
+    "PowerLawFit": "sweep.scaling.powerlaw",
+    "fit_power_law": "sweep.scaling.powerlaw",
+    "VPNLSFit": "sweep.scaling.vpnls",
+    "fit_vpnls": "sweep.scaling.vpnls",
+    "load_curves": "sweep.scaling.runs",
+    "load_runs": "sweep.scaling.runs",
+    "read_csv_points": "sweep.scaling.runs",
+    "ScalingReport": "sweep.scaling.report",
+    "analyze": "sweep.scaling.report",
+    "Recommendation": "sweep.scaling.recommend",
+    "recommend": "sweep.scaling.recommend",
+    "spec_fragment": "sweep.scaling.recommend",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
