@@ -197,6 +197,8 @@ def optimal_allocation(fit: FitResult, flops: float, *,
 def _power_law_allocation(fit, flops):
     p = fit.params
     n_opt, d_opt = p["k_n"] * flops ** p["a"], p["k_d"] * flops ** p["b"]
+    # The optima's loss as a power law of C (Kaplan et al. 2020 eq. 1.3), when fitted.
+    loss = p["k_l"] * flops ** -p["alpha_c"] if "k_l" in p else math.nan
     intervals, n_draws = {}, 0
     if fit.draws:
         table = np.column_stack([np.asarray(fit.draws[k], dtype=float)
@@ -206,10 +208,15 @@ def _power_law_allocation(fit, flops):
         if n_draws:
             n_q = table[:, 1] * flops ** table[:, 0]
             d_q = table[:, 3] * flops ** table[:, 2]
-            intervals = percentile_intervals(
-                {METRIC_N_PARAMS: n_q, METRIC_N_TOKENS: d_q, METRIC_TOKENS_PER_PARAM: d_q / n_q,
-                 "a": table[:, 0], "b": table[:, 2]}, fit.level)
+            spread = {METRIC_N_PARAMS: n_q, METRIC_N_TOKENS: d_q,
+                      METRIC_TOKENS_PER_PARAM: d_q / n_q, "a": table[:, 0], "b": table[:, 2]}
+            if "k_l" in fit.draws:
+                k_l = np.asarray(fit.draws["k_l"], dtype=float)
+                alpha_c = np.asarray(fit.draws["alpha_c"], dtype=float)
+                ok = np.isfinite(k_l) & np.isfinite(alpha_c)
+                spread["loss"] = (k_l * flops ** -alpha_c)[ok]
+            intervals = percentile_intervals(spread, fit.level)
     return Allocation(flops=float(flops), convention="fitted power laws", n_params=n_opt,
-                      n_tokens=d_opt, tokens_per_param=d_opt / n_opt, loss=math.nan,
+                      n_tokens=d_opt, tokens_per_param=d_opt / n_opt, loss=loss,
                       exponents={"a": p["a"], "b": p["b"]}, intervals=intervals,
                       level=fit.level, n_draws=n_draws)

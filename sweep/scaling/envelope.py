@@ -54,7 +54,9 @@ class EnvelopePoint:
 class EnvelopeFit(FitResult):
     """N_opt = k_N C^a and D_opt = k_D C^b from the lower envelope (`FitResult` fields).
 
-    ``params`` are ``a``, ``k_n``, ``b``, ``k_d``; ``residuals`` are log N_opt observed minus
+    ``params`` are ``a``, ``k_n``, ``b``, ``k_d``, and ``alpha_c``, ``k_l`` of the envelope's
+    loss, L_opt = k_L C^-alpha_C (Kaplan et al. 2020 eq. 1.3's form); ``residuals`` are log
+    N_opt observed minus
     fitted at each budget used; ``objective`` their sum of squares. ``stderr`` is empty: the
     envelope's points are neither independent nor continuous (N_opt steps between trained
     sizes), so least-squares standard errors would mislead; use the bootstrap over runs.
@@ -190,7 +192,7 @@ def fit_envelope(run_id, n_params, flops, loss, *, tokens=None, budgets=None,
                        "2 budgets and 2 sizes; a budget's winner at the smallest or largest "
                        "size reaching it is left out, so train sizes on both sides of the "
                        "optimum")
-    params, residuals = _power_laws(budgets[use], n_opt[use], d_opt[use])
+    params, residuals = _power_laws(budgets[use], n_opt[use], d_opt[use], env_loss[use])
     settings = {"budgets": int(budgets.size), "usable_budgets": int(use.sum()),
                 "runs": int(run_ids.size), "tokens": "given" if tok is not None else "C / (6N)",
                 "interpolation": "linear in log C", "dropped": len(dropped),
@@ -220,26 +222,34 @@ def fit_envelope(run_id, n_params, flops, loss, *, tokens=None, budgets=None,
                    settings={**settings, "bootstrap_failed": failed})
 
 
-def _power_laws(budgets, n_opt, d_opt):
+_LAW_NAMES = ("a", "k_n", "b", "k_d", "alpha_c", "k_l")
+
+
+def _power_laws(budgets, n_opt, d_opt, loss):
+    """N_opt = k_N C^a, D_opt = k_D C^b and the envelope's loss L_opt = k_L C^-alpha_C.
+
+    The loss law is Kaplan et al. 2020's L(C_min) = (C_c / C)^alpha_C (eq. 1.3), in logs.
+    """
     log_c = np.log(budgets)
     a, log_kn, _, _, residuals = fit_loglog_line(log_c, np.log(n_opt))
     b, log_kd, *_ = fit_loglog_line(log_c, np.log(d_opt))
-    return ({"a": float(a), "k_n": math.exp(log_kn), "b": float(b), "k_d": math.exp(log_kd)},
-            residuals)
+    slope, log_kl, *_ = fit_loglog_line(log_c, np.log(loss))
+    return ({"a": float(a), "k_n": math.exp(log_kn), "b": float(b), "k_d": math.exp(log_kd),
+             "alpha_c": float(-slope), "k_l": math.exp(log_kl)}, residuals)
 
 
 def _bootstrap(counts, table, tok_table, sizes, budgets, use_tokens):
-    out = np.full((counts.shape[0], 4), np.nan)
+    out = np.full((counts.shape[0], len(_LAW_NAMES)), np.nan)
     failed = 0
     for i, times in enumerate(counts):
         drawn = times > 0
-        _, n_opt, d_opt, _, _, edge, _ = _envelope(table[drawn], tok_table[drawn], sizes[drawn],
-                                                   budgets, use_tokens)
+        _, n_opt, d_opt, env_loss, _, edge, _ = _envelope(table[drawn], tok_table[drawn],
+                                                          sizes[drawn], budgets, use_tokens)
         use = ~edge
         if use.sum() < 2 or np.unique(n_opt[use]).size < 2:
             failed += 1
             continue
-        p, _ = _power_laws(budgets[use], n_opt[use], d_opt[use])
-        out[i] = (p["a"], p["k_n"], p["b"], p["k_d"])
-    names = ("a", "k_n", "b", "k_d")
+        p, _ = _power_laws(budgets[use], n_opt[use], d_opt[use], env_loss[use])
+        out[i] = tuple(p[k] for k in _LAW_NAMES)
+    names = _LAW_NAMES
     return {name: out[:, k] for k, name in enumerate(names)}, {"too_few_budgets": failed}

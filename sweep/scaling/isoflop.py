@@ -64,7 +64,9 @@ class IsoFLOPFit(FitResult):
     """N_opt = k_N C^a and D_opt = k_D C^b from the usable IsoFLOP vertices (`FitResult`).
 
     ``params`` are ``a``, ``k_n``, ``b``, ``k_d`` (N_opt and D_opt in parameters and tokens, C
-    in FLOPs); ``residuals`` are log N_opt observed minus fitted, one per usable curve;
+    in FLOPs), and ``alpha_c``, ``k_l`` of the vertices' loss, L_opt = k_L C^-alpha_C
+    (nats/token; Kaplan et al. 2020 eq. 1.3's form, fitted on logs); ``residuals`` are log
+    N_opt observed minus fitted, one per usable curve;
     ``objective`` is their sum of squares; ``stderr`` the least-squares standard errors of the
     line in log-log space (k_n, k_d by the delta method; with 3 or more usable curves).
 
@@ -193,7 +195,9 @@ def fit_isoflop(budget_flops, n_params, loss, *, n_bootstrap: int = 0, seed: int
     log_c = np.log([k.budget_flops for k in usable])
     log_n_opt = np.log([k.n_opt for k in usable])
     a, log_kn, b, log_kd, se_a, se_kn, residuals = _power_laws(log_c, log_n_opt)
-    params = {"a": float(a), "k_n": math.exp(log_kn), "b": float(b), "k_d": math.exp(log_kd)}
+    slope, log_kl, *_ = fit_loglog_line(log_c, np.log([k.loss_opt for k in usable]))
+    params = {"a": float(a), "k_n": math.exp(log_kn), "b": float(b), "k_d": math.exp(log_kd),
+              "alpha_c": float(-slope), "k_l": math.exp(log_kl)}
     stderr = {"a": se_a, "k_n": params["k_n"] * se_kn, "b": se_a, "k_d": params["k_d"] * se_kn}
     settings = {"edge_fraction": _EDGE, "usable_curves": len(usable), "dropped": len(dropped),
                 "n_bootstrap": n_bootstrap, "seed": seed, "resample": resample}
@@ -212,10 +216,10 @@ def _bootstrap(c, n, y, budgets, n_bootstrap, seed, resample):
     counts = bootstrap_counts(c.size, n_bootstrap, seed,
                               **({"strata": code} if resample == "points" else {"groups": code}))
     log_n = np.log(n)
-    table = np.full((n_bootstrap, 4), np.nan)
+    table = np.full((n_bootstrap, 6), np.nan)
     failed = 0
     for r, weights in enumerate(counts):
-        log_c, log_n_opt, mult = [], [], []
+        log_c, log_n_opt, log_l, mult = [], [], [], []
         for k, budget in enumerate(budgets):
             at = (code == k) & (weights > 0)
             if not at.any() or np.unique(n[at]).size < 3:
@@ -224,6 +228,7 @@ def _bootstrap(c, n, y, budgets, n_bootstrap, seed, resample):
             if curve.usable:
                 log_c.append(math.log(budget))
                 log_n_opt.append(math.log(curve.n_opt))
+                log_l.append(math.log(curve.loss_opt))
                 # A curve drawn j times counts j times in the power law.
                 mult.append(weights[at].sum() / np.sum(code == k))
         if len(log_c) < 2:
@@ -231,6 +236,7 @@ def _bootstrap(c, n, y, budgets, n_bootstrap, seed, resample):
             continue
         a, log_kn, b, log_kd, *_ = _power_laws(np.array(log_c), np.array(log_n_opt),
                                                np.array(mult))
-        table[r] = (a, math.exp(log_kn), b, math.exp(log_kd))
-    names = ("a", "k_n", "b", "k_d")
+        slope, log_kl, *_ = fit_loglog_line(np.array(log_c), np.array(log_l), np.array(mult))
+        table[r] = (a, math.exp(log_kn), b, math.exp(log_kd), -slope, math.exp(log_kl))
+    names = ("a", "k_n", "b", "k_d", "alpha_c", "k_l")
     return {name: table[:, i] for i, name in enumerate(names)}, {"too_few_curves": failed}

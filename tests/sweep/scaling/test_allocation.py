@@ -116,7 +116,11 @@ def test_approach_1_and_2_allocations_are_their_power_laws():
     y = law(n, flops / (6 * n))
     fit = fit_isoflop(flops, n, y, n_bootstrap=50, seed=0)
     split = optimal_allocation(fit, 1e22)
-    assert split.convention == "fitted power laws" and math.isnan(split.loss)
+    assert split.convention == "fitted power laws"
+    # The loss is the vertices' power law in C, L_opt = k_L C^-alpha_C.
+    assert split.loss == pytest.approx(fit.params["k_l"] * 1e22 ** -fit.params["alpha_c"],
+                                       rel=1e-12)
+    assert split.intervals["loss"][0] <= split.loss <= split.intervals["loss"][1]
     assert split.n_params == pytest.approx(fit.predict(1e22)["n_params"], rel=1e-12)
     assert split.exponents == {"a": fit.params["a"], "b": fit.params["b"]}
     assert "n_params" in split.intervals and split.n_draws > 0

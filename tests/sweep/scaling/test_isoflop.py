@@ -167,7 +167,8 @@ def test_bootstrap_over_points_within_curves_and_over_whole_curves():
     curves = fit_isoflop(c, n, y, n_bootstrap=200, seed=1, resample="curves")
     assert within.settings["resample"] == "points" and curves.settings["resample"] == "curves"
     for fit in (within, curves):
-        assert set(fit.draws) == {"a", "k_n", "b", "k_d"} and fit.draws["a"].shape == (200,)
+        assert set(fit.draws) == {"a", "k_n", "b", "k_d", "alpha_c", "k_l"}
+        assert fit.draws["a"].shape == (200,)
         lo, hi = fit.intervals["a"]
         assert lo < fit.params["a"] < hi
         made = np.isfinite(fit.draws["a"])
@@ -187,3 +188,25 @@ def test_non_finite_rows_are_dropped_and_reported():
     fit = fit_isoflop(c, n, y)
     assert fit.dropped == (2, 9) and fit.settings["dropped"] == 2 and fit.n_points == c.size - 2
     assert fit.params["a"] == pytest.approx(P["beta"] / (P["alpha"] + P["beta"]), abs=0.01)
+
+
+def test_the_optima_s_loss_is_fitted_as_a_power_law_of_compute():
+    # Curves built so that the vertices lie exactly on N_opt = 0.1 C^0.5 and
+    # L_opt = 50 C^-0.1 (Kaplan et al. 2020, eq. 1.3's form).
+    from sweep.scaling import optimal_allocation
+
+    c, n, y = [], [], []
+    for flops in (1e18, 1e19, 1e20, 1e21):
+        n_opt = 0.1 * flops**0.5
+        for size in np.geomspace(0.3, 3.0, 7) * n_opt:
+            c.append(flops)
+            n.append(size)
+            y.append(50 * flops**-0.1 + 0.05 * (math.log(size) - math.log(n_opt)) ** 2)
+    fit = fit_isoflop(c, n, y, n_bootstrap=50, seed=0)
+    assert fit.params["alpha_c"] == pytest.approx(0.1, rel=1e-9)
+    assert fit.params["k_l"] == pytest.approx(50, rel=1e-9)
+    split = optimal_allocation(fit, 1e23)
+    assert split.loss == pytest.approx(50 * 1e23**-0.1, rel=1e-9)
+    assert split.n_params == pytest.approx(0.1 * 1e23**0.5, rel=1e-9)
+    lo, hi = split.intervals["loss"]
+    assert lo <= split.loss <= hi
