@@ -69,8 +69,14 @@ def validate(
     if n_ok == 0:
         bad_input(f"{spec_path}: none of {summary['n_configs']} sampled configs is valid and "
                   "within the constraints; the study could never train a trial")
-    if spec.scaling is not None and not as_json:
-        _print_grid(spec, device)
+    if spec.scaling is not None:
+        from sweep.space import grid
+
+        if not as_json:
+            _print_grid(spec, device)
+        problems = grid.layout_problems(grid.layout(spec, device=device))
+        if problems:
+            bad_input("; ".join(problems))
 
 
 def _measured_flops_per_s(spec) -> tuple[float | None, str]:
@@ -256,6 +262,10 @@ def worker(
     )
 
     spec = _load_study_spec(spec_path, "optuna")
+    if spec.scaling is not None:
+        bad_input(f"{spec_path}: a scaling study's grid points are queued by sweep run, budget "
+                  "by budget; sweep worker would draw points of its own. Run it with sweep run "
+                  "(search.parallel for more processes)")
     out_dir = Path(out) if out else spec.default_output_dir()
     uri = spec.tracking_uri(out_dir)
     try:

@@ -293,6 +293,24 @@ def load_study(study_or_store: str | Path, *, tracking_uri: str | None = None,
                            (TrialState.COMPLETE, TrialState.PRUNED))
 
 
+def _numbers(path: Path, raw: pd.Series, name: str) -> pd.Series:
+    """A column as floats, refusing text that is no number and negative (or zero) values.
+
+    Empty, nan and inf are kept, to be dropped and counted as non-finite.
+    """
+    values = pd.to_numeric(raw, errors="coerce")
+    text = raw.astype(str).str.strip().str.lower()
+    blank = raw.isna() | text.isin(("", "nan", "inf", "-inf", "+inf", "infinity"))
+    for mask, rule in ((values.isna() & ~blank, "is not a number"),
+                       (values < 0, "is negative"),
+                       ((values == 0) & (name != LOSS), "is zero (a count must be > 0)")):
+        if mask.any():
+            row = int(np.flatnonzero(mask.to_numpy())[0])
+            raise PointsError(f"{path}: column {name}, line {row + 2}: "
+                              f"'{str(raw.iloc[row]).strip()}' {rule}")
+    return values
+
+
 def read_csv_points(path: str | Path) -> pd.DataFrame:
     """Points from a CSV table, for fitting without a study.
 
@@ -301,8 +319,8 @@ def read_csv_points(path: str | Path) -> pd.DataFrame:
             tokens) and ``loss`` (nats/token), and optionally ``flops`` (the run's training
             FLOPs) and ``budget`` (its FLOP budget: the IsoFLOP group of approach 2).
             ``train_flops`` and ``budget_flops`` are read as ``flops`` and ``budget``, so a
-            `load_runs` frame written with ``to_csv`` reads back. A value that is not a number
-            counts as non-finite.
+            `load_runs` frame written with ``to_csv`` reads back. Empty, ``nan`` and ``inf``
+            values count as non-finite.
 
     Returns:
         Columns `POINT_COLUMNS` (``trial`` the row number, ``run_id`` and ``state`` empty,
@@ -314,7 +332,9 @@ def read_csv_points(path: str | Path) -> pd.DataFrame:
 
     Raises:
         PointsError: The file cannot be read, lacks required columns (every missing one is
-            named), or has no row whose required values are all usable.
+            named), holds text that is no number or a negative (or, for a count, zero) value
+            in a numeric column (the column, line and value named), or has no row whose
+            required values are all usable.
     """
     path = Path(path)
     try:
@@ -333,7 +353,7 @@ def read_csv_points(path: str | Path) -> pd.DataFrame:
     for column in POINT_COLUMNS[3:]:
         spellings = _CSV_OPTIONAL.get(column, (column,))
         given = next((s for s in spellings if s in table.columns), None)
-        frame[column] = (pd.to_numeric(table[given], errors="coerce") if given is not None
+        frame[column] = (_numbers(path, table[given], given) if given is not None
                          else math.nan)
     spelled = {s for spellings in _CSV_OPTIONAL.values() for s in spellings}
     others = [c for c in table.columns if c not in frame.columns and c not in spelled]

@@ -37,6 +37,7 @@ from sweep.spec import StudySpec
 
 __all__ = ["SCALING_POINT", "BudgetLayout", "Candidate", "GridPoint", "Shape", "all_labels",
            "candidates", "curve_optimum", "grid_rows", "layout", "layout_budget",
+           "layout_problems",
            "nearest_shapes", "parse_label", "point_values", "prior_centre", "recentre",
            "shapes"]
 
@@ -279,12 +280,14 @@ def layout_budget(
     centre_n_params: float | None = None,
     centre_source: str | None = None,
     corpus_train_tokens: int | None = None,
+    device: str | None = None,
 ) -> BudgetLayout:
     """The points of one budget: ``sizes_per_budget`` shapes spanning the centre.
 
     Targets are log-spaced from N*/span to N* x span; each takes the nearest shape (in log N)
-    not taken yet among those that can train (at least one optimizer step, at most
-    ``max_epochs`` passes over ``corpus_train_tokens`` when given).
+    not taken yet among those that can train: at least one optimizer step, at most
+    ``max_epochs`` passes over ``corpus_train_tokens`` when given, and within the spec's
+    ``constraints`` (`sweep.space.check_constraints` on ``device``).
 
     Args:
         spec: A scaling study.
@@ -293,9 +296,12 @@ def layout_budget(
         centre_n_params: N*; default `prior_centre` from ``scaling.tokens_per_param``.
         centre_source: How ``centre_n_params`` was found (for the report).
         corpus_train_tokens: Tokens in the corpus's training split (no epoch limit when None).
+        device: The device whose memory bounds ``constraints.max_memory_gb`` (None: the train
+            config's).
 
     Returns:
-        The `BudgetLayout`; fewer points than ``sizes_per_budget`` when the family is short.
+        The `BudgetLayout`; fewer points than ``sizes_per_budget`` when the family is short
+        (then every shape left out is in ``dropped``, else those near the span).
     """
     from sweep.train.config import resolve_budget
 
@@ -307,6 +313,7 @@ def layout_budget(
     out = BudgetLayout(float(budget_flops), float(centre_n_params), centre_source or "given")
     lo, hi = centre_n_params / sc.span, centre_n_params * sc.span
     usable: list[GridPoint] = []
+    left_out: list[tuple[int, str, str]] = []
     for cand in cands:
         model, train = _configs(spec, {**{f"model.{k}": v for k, v in cand.shape.fields().items()},
                                        "train.flops": budget_flops})
@@ -321,12 +328,17 @@ def layout_budget(
                 reason = (f"{tokens:,} tokens is {tokens / corpus_train_tokens:.2f} epochs of "
                           f"the corpus's {corpus_train_tokens:,} training tokens (over "
                           f"scaling.max_epochs={sc.max_epochs:g})")
+        if reason is None and _constrained(spec):
+            from sweep.space.constraints import check_constraints
+
+            ok, why, _ = check_constraints(spec, model, train, device=device or train.device)
+            reason = None if ok else f"over the constraints: {why}"
         if reason is not None:
-            if lo / 1.5 <= cand.n_params <= hi * 1.5:
-                out.dropped.append((cand.shape.label, reason))
+            left_out.append((cand.n_params, cand.shape.label, reason))
             continue
         usable.append(GridPoint(float(budget_flops), cand, int(tokens), tokens / cand.n_params))
     if not usable:
+        out.dropped = [(label, reason) for _, label, reason in left_out]
         return out
     log_n = np.log([p.candidate.n_params for p in usable])
     chosen: list[int] = []
@@ -336,18 +348,39 @@ def layout_budget(
         if pick is not None:
             chosen.append(pick)
     out.points = [usable[i] for i in sorted(chosen)]
+    short = len(out.points) < sc.sizes_per_budget
+    out.dropped = [(label, reason) for n, label, reason in left_out
+                   if short or lo / 1.5 <= n <= hi * 1.5]
     return out
 
 
-def layout(spec: StudySpec, *, corpus_train_tokens: int | None = None) -> list[BudgetLayout]:
+def _constrained(spec: StudySpec) -> bool:
+    c = spec.constraints
+    return any(v is not None for v in (c.max_params, c.max_flops_per_token, c.max_memory_gb))
+
+
+def layout_problems(layouts: list[BudgetLayout]) -> list[str]:
+    """One line per budget that cannot give an IsoFLOP curve (fewer than 3 sizes), with why."""
+    out = []
+    for lay in layouts:
+        if len(lay.points) < 3:
+            why = "; ".join(sorted({r for _, r in lay.dropped}))[:600] or \
+                "the size rule has too few shapes near the optimum"
+            out.append(f"scaling.budgets: C={lay.budget_flops:.4g} has {len(lay.points)} "
+                       f"trainable size(s), an IsoFLOP curve needs 3 ({why})")
+    return out
+
+
+def layout(spec: StudySpec, *, corpus_train_tokens: int | None = None,
+           device: str | None = None) -> list[BudgetLayout]:
     """Every budget laid out from the tokens-per-param prior (what ``sweep validate`` shows).
 
     With ``scaling.recentre`` the study re-centres each budget after the first from the
     earlier results as it runs, so its later budgets may differ from this layout.
     """
     cands = candidates(spec)
-    return [layout_budget(spec, b, cands=cands, corpus_train_tokens=corpus_train_tokens)
-            for b in spec.scaling.budgets]
+    return [layout_budget(spec, b, cands=cands, corpus_train_tokens=corpus_train_tokens,
+                          device=device) for b in spec.scaling.budgets]
 
 
 def grid_rows(spec: StudySpec, layouts: list[BudgetLayout], *, device: str = "auto",

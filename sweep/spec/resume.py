@@ -47,8 +47,9 @@ def check_resume_compatible(old_spec: Mapping[str, Any], new_spec: Mapping[str, 
     ``model`` and ``train`` values are parsed into `FloatDomain` / `IntDomain` / `ChoiceDomain`
     (or fixed values) and compared the way Optuna's ``check_distribution_compatibility`` does:
     a domain's kind, a categorical's choices and a float/int domain's ``log`` flag must not
-    change. Other differences (ranges, steps, fixed values, added or removed parameters) are
-    allowed and returned as notes.
+    change. A scaling study's ``budgets``, ``rule`` and ``ladder`` must not change either
+    (they define the choices of ``scaling.point``). Other differences (ranges, steps, fixed
+    values, added or removed parameters) are allowed and returned as notes.
 
     Returns:
         Human-readable notes on the allowed differences (empty when the domains agree).
@@ -57,6 +58,19 @@ def check_resume_compatible(old_spec: Mapping[str, Any], new_spec: Mapping[str, 
         ResumeError: Naming the parameter and both domains (for choices, both choice lists).
     """
     notes = []
+    old_sc, new_sc = old_spec.get("scaling") or None, new_spec.get("scaling") or None
+    if (old_sc is None) != (new_sc is None):
+        raise ResumeError(f"cannot resume: the scaling section was "
+                          f"{'added' if new_sc else 'removed'}; start a new study instead")
+    if old_sc is not None:
+        # The grid points are one categorical (scaling.point) whose choices are every budget
+        # times every shape: a change there is a change of choices.
+        for key in ("budgets", "rule", "ladder"):
+            if old_sc.get(key) != new_sc.get(key):
+                raise ResumeError(f"cannot resume: scaling.{key} changed from "
+                                  f"{old_sc.get(key)!r} to {new_sc.get(key)!r}, which changes "
+                                  "the grid's points; start a new study (another name or "
+                                  "folder) instead")
     for section in ("model", "train"):
         old = {f"{section}.{k}": v for k, v in (old_spec.get(section) or {}).items()}
         new = {f"{section}.{k}": v for k, v in (new_spec.get(section) or {}).items()}

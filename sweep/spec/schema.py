@@ -147,6 +147,10 @@ class TrackingSpec(_Section):
     experiment: str | None = None
 
 
+#: The most shapes a size rule or ladder may hold.
+MAX_FAMILY = 1000
+
+
 class WidthRange(_Section):
     """``scaling.rule.d_model`` as a range: ``min`` to ``max`` (inclusive) in steps of ``step``."""
 
@@ -158,6 +162,9 @@ class WidthRange(_Section):
     def _ordered(self) -> WidthRange:
         if self.max < self.min:
             raise ValueError(f"max={self.max} is below min={self.min}")
+        if (self.max - self.min) // self.step + 1 > MAX_FAMILY:
+            raise ValueError(f"{(self.max - self.min) // self.step + 1:,} widths: at most "
+                             f"{MAX_FAMILY:,} (raise step)")
         return self
 
     def widths(self) -> list[int]:
@@ -175,10 +182,10 @@ class SizeRuleSpec(_Section):
     """
 
     d_model: list[int] | WidthRange
-    aspect: float | None = Field(default=None, gt=0)
+    aspect: float | None = Field(default=None, ge=1, allow_inf_nan=False)
     n_layers: int | list[int] | None = None
     d_head: int = Field(default=64, gt=0)
-    d_ff_ratio: float = Field(default=4.0, gt=0)
+    d_ff_ratio: float = Field(default=4.0, gt=0, le=64, allow_inf_nan=False)
 
     @field_validator("d_model")
     @classmethod
@@ -186,6 +193,8 @@ class SizeRuleSpec(_Section):
         widths = value.widths() if isinstance(value, WidthRange) else value
         if len(widths) < 3 or any(w <= 0 for w in widths) or len(set(widths)) != len(widths):
             raise ValueError(f"{len(widths)} widths: give at least 3 distinct positive widths")
+        if len(widths) > MAX_FAMILY:
+            raise ValueError(f"{len(widths):,} widths: at most {MAX_FAMILY:,}")
         return value
 
     @model_validator(mode="after")
@@ -196,7 +205,8 @@ class SizeRuleSpec(_Section):
         if isinstance(self.n_layers, list) and len(self.n_layers) != len(widths):
             raise ValueError(f"n_layers has {len(self.n_layers)} entries for {len(widths)} "
                              "widths; give one depth, or one per width")
-        depths = self.n_layers if isinstance(self.n_layers, list) else [self.n_layers or 1]
+        depths = self.n_layers if isinstance(self.n_layers, list) else \
+            [self.n_layers] if self.n_layers is not None else []
         if any(d < 1 for d in depths):
             raise ValueError("n_layers: every depth must be >= 1")
         bad = [w for w in widths if w % self.d_head]
@@ -248,14 +258,21 @@ class ScalingSpec(_Section):
     data are worth nearly as much as new data).
     """
 
-    budgets: list[float] = Field(min_length=1)
+    budgets: list[float] = Field(min_length=1, max_length=64)
     rule: SizeRuleSpec | None = None
-    ladder: list[ShapeSpec] | None = None
-    sizes_per_budget: int = Field(default=7, ge=3)
-    tokens_per_param: float = Field(default=20.0, gt=0)
-    span: float = Field(default=4.0, gt=1)
+    ladder: list[ShapeSpec] | None = Field(default=None, max_length=MAX_FAMILY)
+    sizes_per_budget: int = Field(default=7, ge=3, le=64)
+    tokens_per_param: float = Field(default=20.0, gt=0, allow_inf_nan=False)
+    span: float = Field(default=4.0, gt=1, le=1e6, allow_inf_nan=False)
     recentre: bool = True
-    max_epochs: float = Field(default=4.0, gt=0)
+    max_epochs: float = Field(default=4.0, gt=0, allow_inf_nan=False)
+
+    @field_validator("budgets", mode="before")
+    @classmethod
+    def _no_booleans(cls, value: Any) -> Any:
+        if isinstance(value, list) and any(isinstance(b, bool) for b in value):
+            raise ValueError("budgets are FLOP counts, not true/false")
+        return value
 
     @field_validator("budgets")
     @classmethod
@@ -267,6 +284,12 @@ class ScalingSpec(_Section):
                 raise ValueError(f"budget {b!r}: every budget must be a finite FLOP count > 0")
         if len(set(value)) != len(value):
             raise ValueError("budgets must be distinct")
+        # Grid-point labels name a budget by 4 significant digits (sweep.space.grid).
+        shown = [f"{b:.4g}" for b in value]
+        if len(set(shown)) != len(shown):
+            same = sorted({s for s in shown if shown.count(s) > 1})
+            raise ValueError(f"budgets {', '.join(same)} differ only beyond 4 significant "
+                             "digits; give budgets that differ within them")
         return sorted(value)
 
     @model_validator(mode="after")

@@ -134,15 +134,26 @@ def run_study(
         sweep.data.DataError: The corpus cannot be prepared.
     """
     out = Path(out_dir) if out_dir is not None else spec.default_output_dir()
-    created = not out.exists()
+    # The outermost folder this run creates (runs/ itself on a first study), removed again
+    # when the study is refused before it starts.
+    created = next((p for p in reversed([out, *out.parents]) if not p.exists()), None)
     corpus, space_summary = preflight(spec, out, device=device, ray_address=ray_address)
+    if spec.scaling is not None:
+        from sweep.space import grid
+
+        problems = grid.layout_problems(grid.layout(
+            spec, corpus_train_tokens=len(corpus.train), device=device))
+        if problems:
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+            raise PreflightError("; ".join(problems))
     with contextlib.ExitStack() as stack:
         if spec.search.executor == "ray":
             try:
                 stack.enter_context(_ray_connection(ray_address))
             except PreflightError:
-                if created:
-                    shutil.rmtree(out, ignore_errors=True)
+                if created is not None:
+                    shutil.rmtree(created, ignore_errors=True)
                 raise
         return _run(spec, out, corpus, space_summary, quiet=quiet, ray_address=ray_address,
                     device=device, console=console)

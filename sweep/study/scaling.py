@@ -92,13 +92,17 @@ def run_scaling(executor: Any, ctx: StudyContext, view: Any, *, address: str | N
             centre = grid.recentre(budget, optima)
             source = (f"re-centred on the optimum of {len(optima)} earlier budget(s)")
         lay = grid.layout_budget(spec, budget, cands=cands, centre_n_params=centre,
-                                 centre_source=source, corpus_train_tokens=corpus_train_tokens)
+                                 centre_source=source, corpus_train_tokens=corpus_train_tokens,
+                                 device=ctx.device)
         layouts.append(lay)
         if say is not None:
             say(f"C={budget:.3g}: {len(lay.points)} sizes around N*={lay.centre_n_params:,.0f} "
                 f"({lay.centre_source})")
             for label, reason in lay.dropped:
                 say(f"  dropped {label}: {reason}")
+            if len(lay.points) < 3:
+                say(f"  warning: C={budget:.3g} has {len(lay.points)} sizes after re-centring; "
+                    "its IsoFLOP curve cannot be fitted")
         done = {str(t["params"].get(grid.SCALING_POINT)) for t in _held(ctx)
                 if t["state"].is_final}
         todo = [p for p in lay.points if p.label not in done]

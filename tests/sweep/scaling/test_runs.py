@@ -5,6 +5,7 @@ way a study's trials write it, so these tests check that the reader and the writ
 """
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -190,16 +191,27 @@ def test_csv_points_keep_finite_rows_and_count_the_others(tmp_path):
                     "1e7,1e9,3.0,6e16,6e16,a\n"
                     "2e7,5e8,3.1,6e16,6e16,b\n"
                     "3e7,nan,3.2,6e16,6e16,c\n"
-                    "-1,1e9,3.3,6e16,6e16,d\n"
-                    "4e7,1e9,oops,6e16,6e16,e\n")
+                    "4e7,1e9,inf,6e16,6e16,e\n")
     frame = read_csv_points(path)
     assert list(frame[S.METRIC_N_PARAMS]) == [1e7, 2e7]
     assert list(frame[S.METRIC_BUDGET_FLOPS]) == [6e16, 6e16]
     assert list(frame[S.METRIC_TRAIN_FLOPS]) == [6e16, 6e16]
     assert list(frame["note"]) == ["a", "b"]
-    assert frame.attrs["excluded"] == {"non-finite n_tokens": 1, "non-positive n_params": 1,
-                                       "non-finite loss": 1}
+    assert frame.attrs["excluded"] == {"non-finite n_tokens": 1, "non-finite loss": 1}
     assert frame.attrs["source"] == str(path)
+
+
+@pytest.mark.parametrize(("row", "expected"), [
+    ("-1,1e9,3.3,6e16", "column n_params, line 3: '-1.0' is negative"),
+    ("4e7,1e9,oops,6e16", "column loss, line 3: 'oops' is not a number"),
+    ("4e7,0,3.0,6e16", "column n_tokens, line 3: '0.0' is zero (a count must be > 0)"),
+    ("4e7,1e9,3.0,-6e16", "column budget, line 3: '-6e+16' is negative"),
+])
+def test_csv_values_that_are_wrong_not_missing_are_refused(tmp_path, row, expected):
+    path = tmp_path / "points.csv"
+    path.write_text(f"n_params,n_tokens,loss,budget\n1e7,1e9,3.0,6e16\n{row}\n")
+    with pytest.raises(PointsError, match=re.escape(expected)):
+        read_csv_points(path)
 
 
 def test_csv_budget_and_flops_are_optional(tmp_path):

@@ -152,3 +152,12 @@ def test_nearest_shapes_extend_the_rule_past_its_widths():
     ladder = scaling_spec(ladder=[{"d_model": 32 * i, "n_layers": i, "n_heads": i,
                                    "d_ff": 128 * i} for i in (1, 2, 3, 4)])
     assert [c.shape.d_model for c in grid.nearest_shapes(ladder, 1e9, k=2)] == [96, 128]
+
+
+def test_shapes_over_the_constraints_are_dropped_with_a_note():
+    spec = parse_spec({**scaling_spec().to_data(), "constraints": {"max_params": 60_000}})
+    lay = grid.layout_budget(spec, 2e12, device="cpu")
+    assert lay.points and all(p.candidate.n_params <= 60_000 for p in lay.points)
+    assert len(lay.points) < 5  # short of sizes_per_budget: every shape left out is noted
+    over = [r for _, r in lay.dropped if r.startswith("over the constraints")]
+    assert len(over) == sum(1 for c in grid.candidates(spec) if c.n_params > 60_000)

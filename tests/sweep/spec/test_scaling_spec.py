@@ -141,3 +141,66 @@ def test_run_refuses_trials_for_a_scaling_study(tmp_path, monkeypatch):
     assert result.exit_code == 2
     assert "--trials 3: a scaling study's trials are its grid points" in result.output
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({"scaling__budgets": [1e9, 1.00001e9]}, "budgets 1e+09 differ only beyond 4 significant"),
+    ({"scaling__budgets": [True, 3e9]}, "budgets are FLOP counts, not true/false"),
+    ({"scaling__span": float("inf")}, "scaling.span"),
+    ({"scaling__tokens_per_param": float("inf")}, "scaling.tokens_per_param"),
+    ({"scaling__rule__d_ff_ratio": float("inf")}, "scaling.rule.d_ff_ratio"),
+    ({"scaling__sizes_per_budget": 10**9}, "scaling.sizes_per_budget"),
+    ({"scaling__rule__d_model": {"min": 8, "max": 800_000_000, "step": 8}},
+     "100,000,000 widths: at most 1,000"),
+    ({"scaling__rule__n_layers": 0}, "n_layers: every depth must be >= 1"),
+    ({"scaling__rule__n_layers": None, "scaling__rule__aspect": 0.01}, "scaling.rule.aspect"),
+])
+def test_values_that_would_crash_or_hang_are_refused(changes, expected):
+    assert expected in message(spec_with(**changes))
+
+
+def test_validate_refuses_a_budget_that_cannot_make_a_curve(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "iso.yaml"
+    path.write_text(yaml.safe_dump(spec_with(scaling__budgets=[1.0, 6e11, 2e12])))
+    result = runner.invoke(app, ["validate", str(path)], terminal_width=200)
+    assert result.exit_code == 2
+    assert "scaling.budgets: C=1 has 0 trainable size(s), an IsoFLOP curve needs 3" in \
+        result.output
+    assert "less than one optimizer step" in result.output
+
+
+def test_run_refuses_a_grid_the_corpus_cannot_serve_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "iso.yaml"
+    path.write_text(yaml.safe_dump(spec_with(
+        data="synthetic:markov?order=1&vocab=16&seed=0&tokens=20000", model={"vocab_size": 16,
+                                                                             "seq_len": 32},
+        train={"batch_size": 8, "lr": 1e-2}, scaling__budgets=[1e11, 3e11, 1e12])))
+    result = runner.invoke(app, ["run", str(path), "--quiet"], terminal_width=200)
+    assert result.exit_code == 2, result.output
+    assert "trainable size(s), an IsoFLOP curve needs 3" in result.output
+    assert "over scaling.max_epochs=4" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_worker_refuses_a_scaling_study(tmp_path):
+    path = tmp_path / "iso.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    result = runner.invoke(app, ["worker", str(path)])
+    assert result.exit_code == 2
+    assert "a scaling study's grid points are queued by sweep run" in result.output
+
+
+def test_a_changed_grid_cannot_resume_the_study():
+    from sweep.spec.resume import ResumeError, check_resume_compatible
+
+    old = parse_spec(BASE).to_data()
+    more = parse_spec(spec_with(scaling__sizes_per_budget=6)).to_data()
+    assert check_resume_compatible(old, more) == []  # the same points, more of them
+    added = parse_spec(spec_with(scaling__budgets=[2e11, 6e11, 2e12, 6e12])).to_data()
+    with pytest.raises(ResumeError, match="scaling.budgets changed from"):
+        check_resume_compatible(old, added)
+    plain = {k: v for k, v in old.items() if k != "scaling"}
+    with pytest.raises(ResumeError, match="the scaling section was added"):
+        check_resume_compatible(plain, old)
