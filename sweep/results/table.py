@@ -18,6 +18,7 @@ import pandas as pd
 from sweep import tracking
 from sweep.schema import (
     METRIC_BEST_VAL_LOSS,
+    METRIC_BUDGET_FLOPS,
     METRIC_FINAL_VAL_LOSS,
     METRIC_FLOPS_PER_TOKEN,
     METRIC_FLOPS_PER_TOKEN_DENSE,
@@ -25,7 +26,9 @@ from sweep.schema import (
     METRIC_MEM_ESTIMATE,
     METRIC_N_PARAMS,
     METRIC_N_PARAMS_NON_EMBEDDING,
+    METRIC_N_TOKENS,
     METRIC_TOKENS,
+    METRIC_TOKENS_PER_PARAM,
     METRIC_TOKENS_PER_S,
     METRIC_TRAIN_FLOPS,
     METRIC_VAL_LOSS,
@@ -54,6 +57,8 @@ LEAD_COLUMNS = (
     "fail_reason",
     "run_id",
 )
+#: A scaling study's trials add these (after `LEAD_COLUMNS`).
+SCALING_COLUMNS = (METRIC_BUDGET_FLOPS, METRIC_N_TOKENS, METRIC_TOKENS_PER_PARAM)
 
 
 # States whose last logged val_loss is the trial's final one (a diverged trial's is not).
@@ -124,10 +129,12 @@ def resolve_study(study_or_dir: str | Path, tracking_uri: str | None = None) -> 
 def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per trial from `sweep.tracking.read_trials` records.
 
-    Columns: `LEAD_COLUMNS`, then the params (``model.*``, ``train.*``, sorted). Sorted by
-    ``best_val_loss`` ascending with NaN (failed, diverged, infeasible) last, then trial number.
-    ``final_val_loss`` is the runner's ``final_val_loss`` metric, else the last ``val_loss`` of a
-    COMPLETE, PRUNED or RUNNING trial (NaN otherwise); ``tokens`` the tokens trained.
+    Columns: `LEAD_COLUMNS`, a scaling study's `SCALING_COLUMNS` (``budget_flops``,
+    ``n_tokens``, ``tokens_per_param``), then the params (``model.*``, ``train.*``, sorted).
+    Sorted by ``best_val_loss`` ascending with NaN (failed, diverged, infeasible) last, then
+    trial number. ``final_val_loss`` is the runner's ``final_val_loss`` metric, else the last
+    ``val_loss`` of a COMPLETE, PRUNED or RUNNING trial (NaN otherwise); ``tokens`` the tokens
+    trained.
     """
     rows = []
     for trial in trials:
@@ -144,13 +151,16 @@ def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
                 else math.nan,
             ),
         )
+        if METRIC_BUDGET_FLOPS in metrics:  # a scaling study's trial
+            row.update({name: metrics.get(name, math.nan) for name in SCALING_COLUMNS})
         row.update(trial["params"])
         rows.append(row)
     frame = pd.DataFrame(rows, columns=list(LEAD_COLUMNS))
     if rows:
         frame = pd.DataFrame(rows)
-        params = sorted(c for c in frame.columns if c not in LEAD_COLUMNS)
-        frame = frame[list(LEAD_COLUMNS) + params]
+        scaling = [c for c in SCALING_COLUMNS if c in frame.columns]
+        params = sorted(c for c in frame.columns if c not in LEAD_COLUMNS and c not in scaling)
+        frame = frame[list(LEAD_COLUMNS) + scaling + params]
     frame = frame.sort_values([METRIC_BEST_VAL_LOSS, "trial"], na_position="last", kind="stable")
     return frame.reset_index(drop=True)
 
