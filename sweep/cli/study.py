@@ -199,10 +199,14 @@ def run(
             "best_trial": summary.best_trial,
             METRIC_BASELINE: summary.baseline_unigram_loss,
             "out_dir": str(summary.out_dir), "tracking_uri": summary.tracking_uri,
-            "parent_run_id": summary.parent_run_id,
+            "parent_run_id": summary.parent_run_id, "notes": summary.notes,
         }))
     elif not quiet:
         _print_top_trials(summary)
+    else:  # the progress lines said these; quiet runs still hear what was left out
+        for note in summary.notes:
+            common.err_console.print(f"note: {note}", highlight=False, soft_wrap=True,
+                                     markup=False)
     if summary.state != TrialState.COMPLETE:
         common.err_console.print(
             f"[bold red]study {summary.name}: no trial completed[/] ({counts or 'no trials'}); "

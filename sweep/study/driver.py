@@ -27,7 +27,7 @@ from sweep.space import SpaceSummary
 from sweep.spec import StudySpec, parse_spec, spec_hash
 from sweep.study.preflight import PreflightError, preflight
 from sweep.study.progress import ProgressView
-from sweep.study.scaling import planned_trials, run_scaling
+from sweep.study.scaling import layout_notes, planned_trials, run_scaling
 from sweep.study.summary import finish_study
 from sweep.study.trial import StudyContext
 from sweep.tracking import StudyTracker
@@ -47,6 +47,7 @@ class StudySummary:
         best_val_loss: Best val loss over completed trials, nats/token (nan if none).
         best_trial: Its trial number.
         baseline_unigram_loss: The corpus's unigram entropy on val, nats/token.
+        notes: What the study left out and why (a scaling study's dropped shapes).
     """
 
     name: str
@@ -58,6 +59,7 @@ class StudySummary:
     best_val_loss: float = math.nan
     best_trial: int | None = None
     baseline_unigram_loss: float = math.nan
+    notes: list[str] = field(default_factory=list)
 
 
 def algorithm_name(spec: StudySpec) -> str:
@@ -213,7 +215,7 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
         tracker.log_baseline(corpus.baseline_unigram_loss)
         ctx = StudyContext(spec, out, tracker.context, device=device, summary=space_summary,
                            _corpus=[corpus])
-        total = spec.search.n_trials
+        total, notes = spec.search.n_trials, []
         if spec.scaling is not None:
             total = planned_trials(spec, len(corpus.train))
         with ProgressView(spec.name, total, quiet=quiet, console=console) as view:
@@ -221,13 +223,15 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
                 study = executor.run(ctx, total, view, address=ray_address)
             else:
                 say = None if quiet else _printer(console)
-                study = run_scaling(executor, ctx, view, address=ray_address,
-                                    corpus_train_tokens=len(corpus.train),
-                                    client=tracker.client, say=say)
+                study, layouts = run_scaling(executor, ctx, view, address=ray_address,
+                                             corpus_train_tokens=len(corpus.train),
+                                             client=tracker.client, say=say)
+                notes = layout_notes(layouts)
         names = list(spec.search.objectives) if len(spec.search.objectives) > 1 else None
         result = finish_study(tracker, study, objective_names=names)
     return StudySummary(
         name=spec.name, out_dir=out, tracking_uri=uri, parent_run_id=tracker.parent_run_id,
         state=result["state"], counts=result["counts"], best_val_loss=result[METRIC_BEST_VAL_LOSS],
         best_trial=result["best_trial"], baseline_unigram_loss=corpus.baseline_unigram_loss,
+        notes=notes,
     )

@@ -28,7 +28,7 @@ from sweep.space import grid
 from sweep.study.trial import StudyContext
 from sweep.tracking import read_trials
 
-__all__ = ["grid_csv", "planned_trials", "run_scaling"]
+__all__ = ["grid_csv", "layout_notes", "planned_trials", "run_scaling"]
 
 
 def planned_trials(spec: Any, corpus_train_tokens: int | None) -> int:
@@ -69,7 +69,7 @@ def grid_csv(layouts: list[grid.BudgetLayout]) -> str:
 
 def run_scaling(executor: Any, ctx: StudyContext, view: Any, *, address: str | None,
                 corpus_train_tokens: int, client: Any = None, say: Any = None) -> Any:
-    """Run every budget's points with ``executor``; returns the last Optuna study (or None).
+    """Run every budget's points with ``executor``.
 
     Args:
         executor: The study's executor (`sweep.executors.Executor`).
@@ -80,6 +80,9 @@ def run_scaling(executor: Any, ctx: StudyContext, view: Any, *, address: str | N
         client: An ``MlflowClient`` to log ``scaling_grid.csv`` to the parent run (None: not
             logged).
         say: A callable printing one line (dropped shapes, re-centring); None: silent.
+
+    Returns:
+        ``(study, layouts)``: the last Optuna study (or None) and each budget's layout as run.
     """
     spec = ctx.spec
     cands = grid.candidates(spec)
@@ -115,4 +118,16 @@ def run_scaling(executor: Any, ctx: StudyContext, view: Any, *, address: str | N
             optima.append((budget, optimum))
     if client is not None:
         client.log_text(ctx.tracking.parent_run_id, grid_csv(layouts), SCALING_GRID_ARTIFACT)
-    return study
+    return study, layouts
+
+
+def layout_notes(layouts: list[grid.BudgetLayout]) -> list[str]:
+    """One line per dropped shape and per budget short of 3 sizes, for the run's summary."""
+    notes = []
+    for lay in layouts:
+        notes += [f"C={lay.budget_flops:.4g}: dropped {label}: {reason}"
+                  for label, reason in lay.dropped]
+        if len(lay.points) < 3:
+            notes.append(f"C={lay.budget_flops:.4g}: {len(lay.points)} sizes; its IsoFLOP curve "
+                         "cannot be fitted")
+    return notes

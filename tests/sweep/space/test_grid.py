@@ -161,3 +161,15 @@ def test_shapes_over_the_constraints_are_dropped_with_a_note():
     assert len(lay.points) < 5  # short of sizes_per_budget: every shape left out is noted
     over = [r for _, r in lay.dropped if r.startswith("over the constraints")]
     assert len(over) == sum(1 for c in grid.candidates(spec) if c.n_params > 60_000)
+
+
+def test_drops_become_the_run_summary_s_notes():
+    from sweep.study.scaling import layout_notes
+
+    spec = scaling_spec()
+    lay = grid.layout_budget(spec, 6e12, corpus_train_tokens=3_600_000)
+    short = grid.layout_budget(spec, 1e8, centre_n_params=500_000)
+    assert layout_notes([lay]) == [f"C=6e+12: dropped {label}: {reason}"
+                                   for label, reason in lay.dropped]
+    assert len(short.points) < 3 and layout_notes([short])[-1] == \
+        f"C=1e+08: {len(short.points)} sizes; its IsoFLOP curve cannot be fitted"

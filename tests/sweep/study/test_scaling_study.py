@@ -47,6 +47,7 @@ def trials_of(summary):
 
 def check_study(spec, summary):
     client, trials = trials_of(summary)
+    assert summary.notes == []  # nothing dropped on this grid
     assert {k: v for k, v in summary.counts.items() if v} == {"COMPLETE": 6}
     assert [t["trial"] for t in trials] == list(range(6))
     labels = [t["params"][grid.SCALING_POINT] for t in trials]
