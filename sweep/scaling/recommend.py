@@ -184,6 +184,11 @@ def add_recommendations(report: Any, spec: Any, *, k: int = 3,
                 "N": rec.n_params, "tokens": rec.n_tokens,
                 "D/N": float(rec.tokens_per_param),
                 f"memory ({rec.device}, batch {rec.batch_size})":
-                    f"{rec.mem_estimate_bytes / 2**30:.3g} GiB",
+                    _bytes(rec.mem_estimate_bytes),
                 "spec_fragment": spec_fragment(rec),
             })
+
+
+def _bytes(n: int) -> str:
+    """``n`` bytes in MiB below 1 GiB, else GiB (3 significant digits)."""
+    return f"{n / 2**20:.3g} MiB" if n < 2**30 else f"{n / 2**30:.3g} GiB"

@@ -187,6 +187,27 @@ class SizeRuleSpec(_Section):
     d_head: int = Field(default=64, gt=0)
     d_ff_ratio: float = Field(default=4.0, gt=0, le=64, allow_inf_nan=False)
 
+    @field_validator("d_model", mode="before")
+    @classmethod
+    def _one_form(cls, value: Any) -> Any:
+        """A list of widths or a ``{min, max, step}`` range, with one message for either."""
+        from pydantic import TypeAdapter, ValidationError
+
+        if isinstance(value, dict):
+            form, adapter = "range {min, max, step}", TypeAdapter(WidthRange)
+        elif isinstance(value, list):
+            form, adapter = "list of widths", TypeAdapter(list[int])
+        else:
+            raise ValueError(f"{value!r}: give a list of widths or a range {{min, max, step}}")
+        try:
+            return adapter.validate_python(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(f"entry {part + 1}" if isinstance(part, int) else str(part)
+                             for part in first["loc"])
+            raise ValueError(f"{form}: {where + ': ' if where else ''}"
+                             f"{first['msg'].removeprefix('Value error, ')}") from None
+
     @field_validator("d_model")
     @classmethod
     def _widths(cls, value: list[int] | WidthRange) -> list[int] | WidthRange:

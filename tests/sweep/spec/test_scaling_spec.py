@@ -68,6 +68,11 @@ def test_defaults_sort_budgets_and_turn_early_stopping_off():
                                     "n_layers"),
     ({"scaling__rule__d_head": 24}, "not divisible by d_head=24"),
     ({"scaling__rule__d_model": [16, 32]}, "2 widths: give at least 3 distinct positive widths"),
+    ({"scaling__rule__d_model": {"min": 64, "max": 16, "step": 8}},
+     "scaling.rule.d_model: range {min, max, step}: max=16 is below min=64"),
+    ({"scaling__rule__d_model": [8, 16, "x"]}, "scaling.rule.d_model: list of widths: entry 3: "
+                                               "Input should be a valid integer"),
+    ({"scaling__rule__d_model": "wide"}, "'wide': give a list of widths or a range"),
     ({"scaling__rule__n_layers": [1, 2]}, "n_layers has 2 entries for 11 widths"),
     ({"scaling__ladder": [{"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64}]},
      "give exactly one of rule (a size rule) and ladder"),
