@@ -88,18 +88,16 @@ def _study_spec(attrs: dict[str, Any]) -> Any:
     """The study's spec from its parent run's ``spec.yaml``, or None when it cannot be read."""
     import yaml
     from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
 
     from sweep.schema import SPEC_ARTIFACT
     from sweep.spec import SpecError, parse_spec
+    from sweep.tracking.study_run import load_stored_spec
 
     try:
-        text = MlflowClient(attrs["tracking_uri"]).download_artifacts(
-            attrs["parent_run_id"], SPEC_ARTIFACT)
-        data = yaml.safe_load(Path(text).read_text())
-        if isinstance(data, dict) and data.get("scaling"):
-            data.get("search", {}).pop("n_trials", None)  # stored by earlier versions
-        return parse_spec(data)
-    except (SpecError, OSError, KeyError, AttributeError, yaml.YAMLError) as exc:
+        return parse_spec(load_stored_spec(MlflowClient(attrs["tracking_uri"]),
+                                           attrs["parent_run_id"]))
+    except (SpecError, MlflowException, OSError, KeyError, yaml.YAMLError) as exc:
         common.err_console.print(f"note: no recommended shapes: the study's {SPEC_ARTIFACT} "
                                  f"could not be read ({type(exc).__name__})", highlight=False)
         return None

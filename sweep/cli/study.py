@@ -72,9 +72,10 @@ def validate(
     if spec.scaling is not None:
         from sweep.space import grid
 
+        layouts = grid.layout(spec, device=device)
         if not as_json:
-            _print_grid(spec, device)
-        problems = grid.layout_problems(grid.layout(spec, device=device))
+            _print_grid(spec, layouts, device)
+        problems = grid.layout_problems(layouts)
         if problems:
             bad_input("; ".join(problems))
 
@@ -101,7 +102,7 @@ def _measured_flops_per_s(spec) -> tuple[float | None, str]:
     return rate, f"time at {rate:.3g} FLOP/s, the median of {len(rates)} finished trials"
 
 
-def _print_grid(spec, device: str | None) -> None:
+def _print_grid(spec, layouts, device: str | None) -> None:
     from sweep.schema import (
         METRIC_BUDGET_FLOPS,
         METRIC_MEM_ESTIMATE,
@@ -111,7 +112,6 @@ def _print_grid(spec, device: str | None) -> None:
     from sweep.space import grid
 
     sc = spec.scaling
-    layouts = grid.layout(spec)
     rate, rate_note = _measured_flops_per_s(spec)
     rows = grid.grid_rows(spec, layouts, device=device or "auto", flops_per_s=rate)
     table = Table("budget (FLOPs)", "shape", "N", "tokens", "tokens/N", "memory", "est. time",

@@ -9,6 +9,7 @@ from sweep.results.table import (
     LEAD_COLUMNS,
     StudyNotFoundError,
     load_results,
+    read_study,
     resolve_study,
     trials_frame,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "StudyNotFoundError",
     "close_figures",
     "load_results",
+    "read_study",
     "resolve_study",
     "start_ui",
     "stop_ui",

@@ -61,9 +61,6 @@ LEAD_COLUMNS = (
 SCALING_COLUMNS = (METRIC_BUDGET_FLOPS, METRIC_N_TOKENS, METRIC_TOKENS_PER_PARAM)
 
 
-# States whose last logged val_loss is the trial's final one (a diverged trial's is not).
-
-
 class StudyNotFoundError(LookupError):
     """No study store or experiment matches the name or folder given."""
 
@@ -173,13 +170,30 @@ def load_results(study_or_dir: str | Path, tracking_uri: str | None = None) -> p
     Raises:
         StudyNotFoundError: If no such study exists (see `resolve_study`).
     """
-    tracking_uri, study = resolve_study(study_or_dir, tracking_uri)
-    experiment_id, parent_run_id = tracking.find_study(tracking_uri, study)
-    frame = trials_frame(tracking.read_trials(tracking_uri, experiment_id, parent_run_id))
-    frame.attrs.update(
-        tracking_uri=tracking_uri,
-        study=study,
-        experiment_id=experiment_id,
-        parent_run_id=parent_run_id,
-    )
+    trials, attrs = read_study(study_or_dir, tracking_uri)
+    frame = trials_frame(trials)
+    frame.attrs.update(attrs)
     return frame
+
+
+def read_study(study_or_dir: str | Path,
+               tracking_uri: str | None = None) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """A study's trial records (`sweep.tracking.read_trials`) and where they come from.
+
+    Returns:
+        ``(trials, attrs)``; ``attrs`` holds ``tracking_uri``, ``study``, ``experiment_id``
+        and ``parent_run_id``.
+
+    Raises:
+        StudyNotFoundError: No such study (see `resolve_study`), or its experiment has no
+            parent run.
+    """
+    tracking_uri, study = resolve_study(study_or_dir, tracking_uri)
+    found = tracking.find_study(tracking_uri, study)
+    if found is None:
+        raise StudyNotFoundError(f"study {study!r} in {tracking.shown_uri(tracking_uri)} has no "
+                                 "parent run")
+    experiment_id, parent_run_id = found
+    trials = tracking.read_trials(tracking_uri, experiment_id, parent_run_id)
+    return trials, {"tracking_uri": tracking_uri, "study": study,
+                    "experiment_id": experiment_id, "parent_run_id": parent_run_id}

@@ -88,7 +88,11 @@ def _law(p, n, d):
     return p["E"] + p["A"] / n ** p["alpha"] + p["B"] / d ** p["beta"]
 
 
-def _closed_form(p, flops):
+def closed_form_split(p: dict[str, float], flops):
+    """N_opt, D_opt under C = 6ND for L = E + A/N^alpha + B/D^beta (Hoffmann et al. 2022 eq. 4).
+
+    ``flops`` is a number or an array of budgets (FLOPs); returns parameters and tokens alike.
+    """
     total = p["alpha"] + p["beta"]
     g = (p["alpha"] * p["A"] / (p["beta"] * p["B"])) ** (1 / total)
     n_opt = g * (flops / 6) ** (p["beta"] / total)
@@ -118,7 +122,7 @@ def _one(p, flops, flops_per_token, n_bounds):
     if not (p["alpha"] > 0 and p["beta"] > 0):
         raise FitError(f"alpha={p['alpha']:.3g}, beta={p['beta']:.3g}: the compute-optimal "
                        "split needs both exponents > 0")
-    n6, d6 = _closed_form(p, flops)
+    n6, d6 = closed_form_split(p, flops)
     if flops_per_token is None:
         return n6, d6, False
     bounds = n_bounds or (n6 / _SEARCH_WIDTH, n6 * _SEARCH_WIDTH)

@@ -22,7 +22,7 @@ import numpy as np
 
 from sweep.scaling.result import FitError
 
-__all__ = ["bootstrap_counts", "percentile_intervals"]
+__all__ = ["bootstrap_counts", "check_bootstrap_args", "percentile_intervals"]
 
 
 def bootstrap_counts(n_points: int, n_bootstrap: int, seed: int, *, groups=None,

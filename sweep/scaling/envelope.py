@@ -251,5 +251,4 @@ def _bootstrap(counts, table, tok_table, sizes, budgets, use_tokens):
             continue
         p, _ = _power_laws(budgets[use], n_opt[use], d_opt[use], env_loss[use])
         out[i] = tuple(p[k] for k in _LAW_NAMES)
-    names = _LAW_NAMES
-    return {name: out[:, k] for k, name in enumerate(names)}, {"too_few_budgets": failed}
+    return {name: out[:, k] for k, name in enumerate(_LAW_NAMES)}, {"too_few_budgets": failed}

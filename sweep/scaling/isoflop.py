@@ -104,8 +104,6 @@ def _curve(budget: float, log_n: np.ndarray, loss: np.ndarray, weights=None) -> 
                         math.exp(vertex), loss_opt, float(position), warnings)
 
 
-
-
 def fit_loglog_line(log_x: np.ndarray, log_y: np.ndarray, weights=None):
     """Least squares of ``log_y = slope * log_x + intercept`` (natural logs).
 
@@ -118,12 +116,17 @@ def fit_loglog_line(log_x: np.ndarray, log_y: np.ndarray, weights=None):
         ``(slope, intercept, se_slope, se_intercept, residuals)``; the standard errors are
         those of ordinary least squares, s^2 = RSS / (m - 2) (Draper & Smith 1998, "Applied
         Regression Analysis", sec. 1.4), nan with fewer than 3 points.
+
+    Raises:
+        FitError: All ``log_x`` equal (no line through one abscissa).
     """
     w = np.ones_like(log_x) if weights is None else np.asarray(weights, dtype=float)
     total = w.sum()
     mean_x = float(w @ log_x / total)
     mean_y = float(w @ log_y / total)
     sxx = float(w @ (log_x - mean_x) ** 2)
+    if not sxx > 0:
+        raise FitError("every log_x is the same: no line through one abscissa")
     slope = float(w @ ((log_x - mean_x) * (log_y - mean_y))) / sxx
     intercept = mean_y - slope * mean_x
     residuals = log_y - (intercept + slope * log_x)

@@ -360,13 +360,13 @@ def _wolfe_search(fun, rows, x, f, gd, direction, step, max_evals, c1=1e-3, c2=0
         step[idx] = np.where(lo[idx] > 0, 0.5 * (lo[idx] + hi[idx]), quad)
         # A step too small to change x ends the search.
         tiny = todo[(np.abs(step[todo])[:, None] * np.abs(direction[todo])
-                     <= eps_scale(x[todo])).all(axis=1)]
+                     <= _eps_scale(x[todo])).all(axis=1)]
         done[tiny] = True
     ok |= have  # out of evaluations: keep the longest step that met sufficient decrease
     return ok, x_new, f_new, g_new, evals
 
 
-def eps_scale(x):
+def _eps_scale(x):
     """The change in ``x`` below which a step does not move it (machine epsilon times |x|)."""
     return np.finfo(float).eps * np.maximum(np.abs(x), 1e-300)
 
@@ -559,9 +559,8 @@ def compute_optimal(fit: ParametricFit, flops: float) -> dict[str, float]:
     if p["alpha"] <= 0 or p["beta"] <= 0:
         raise FitError(f"alpha={p['alpha']:.3g}, beta={p['beta']:.3g}: the compute-optimal "
                        "split needs both exponents > 0")
-    total = p["alpha"] + p["beta"]
-    g = (p["alpha"] * p["A"] / (p["beta"] * p["B"])) ** (1 / total)
-    n_opt = g * (flops / 6) ** (p["beta"] / total)
-    d_opt = (flops / 6) ** (p["alpha"] / total) / g
+    from sweep.scaling.allocation import closed_form_split  # allocation imports this module
+
+    n_opt, d_opt = closed_form_split(p, flops)
     return {METRIC_N_PARAMS: n_opt, METRIC_N_TOKENS: d_opt, METRIC_TOKENS_PER_PARAM: d_opt / n_opt,
             "loss": fit.predict(n_opt, d_opt)}

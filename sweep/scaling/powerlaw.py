@@ -102,8 +102,6 @@ def fit_power_law(x, loss, *, n_bootstrap: int = 0, seed: int = 0,
             a bad ``n_bootstrap`` or ``level``.
     """
     (x_arr, y), dropped = finite_rows(("x", "loss"), x, loss)
-    if len(np.asarray(x).ravel()) != len(np.asarray(loss).ravel()):
-        raise FitError(f"x has {np.asarray(x).size} values but loss has {np.asarray(loss).size}")
     note = dropped_note(dropped)
     if x_arr.size < 4:
         raise FitError(f"{x_arr.size} points{note}: fitting E, A and alpha needs at least 4")

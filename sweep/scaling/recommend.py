@@ -10,6 +10,7 @@ target budget of a `sweep.scaling.report.ScalingReport`, from its best fit.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -51,9 +52,6 @@ class Recommendation:
     mem_estimate_bytes: int
     device: str
     batch_size: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def recommend(spec: StudySpec, budget_flops: float, n_opt: float, *, k: int = 3,
@@ -168,8 +166,9 @@ def add_recommendations(report: Any, spec: Any, *, k: int = 3,
         if key in ("vpnls", "3"):
             try:
                 per_token = cost_model_flops_per_token(spec, n_opt)
-                split = optimal_allocation(result.fit, row.budget_flops,
-                                           flops_per_token=per_token)
+                # Only N_opt is used: no per-draw searches.
+                split = optimal_allocation(dataclasses.replace(result.fit, draws={}),
+                                           row.budget_flops, flops_per_token=per_token)
             except FitError:
                 pass
             else:

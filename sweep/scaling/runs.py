@@ -94,22 +94,6 @@ def _drop_unusable(frame: pd.DataFrame, columns: tuple[str, ...], positive: tupl
     return frame[keep].reset_index(drop=True)
 
 
-def _read_study(study_or_store: str | Path, tracking_uri: str | None) -> tuple[list[dict], dict]:
-    from sweep import tracking
-    from sweep.results.table import StudyNotFoundError, resolve_study
-
-    tracking_uri, study = resolve_study(study_or_store, tracking_uri)
-    found = tracking.find_study(tracking_uri, study)
-    if found is None:
-        raise StudyNotFoundError(f"study {study!r} in {tracking.shown_uri(tracking_uri)} has no "
-                                 "parent run")
-    experiment_id, parent_run_id = found
-    trials = tracking.read_trials(tracking_uri, experiment_id, parent_run_id)
-    attrs = {"tracking_uri": tracking_uri, "study": study, "experiment_id": experiment_id,
-             "parent_run_id": parent_run_id}
-    return trials, attrs
-
-
 def _row(trial: dict, count_metric: str) -> dict[str, Any]:
     metrics, params = trial["metrics"], trial["params"]
     tokens = _number(metrics.get(METRIC_TOKENS))
@@ -187,7 +171,9 @@ def load_runs(study_or_store: str | Path, *, tracking_uri: str | None = None,
         sweep.tracking.UnreachableStoreError: ``tracking_uri`` is a server that does not answer.
     """
     count_metric = _param_metric(n_params)
-    trials, attrs = _read_study(study_or_store, tracking_uri)
+    from sweep.results.table import read_study  # MLflow only when a study is read
+
+    trials, attrs = read_study(study_or_store, tracking_uri)
     return _points(trials, attrs, count_metric, n_params)
 
 
@@ -234,7 +220,9 @@ def load_curves(study_or_store: str | Path, *, tracking_uri: str | None = None,
         As `load_runs`.
     """
     count_metric = _param_metric(n_params)
-    trials, attrs = _read_study(study_or_store, tracking_uri)
+    from sweep.results.table import read_study  # MLflow only when a study is read
+
+    trials, attrs = read_study(study_or_store, tracking_uri)
     return _curves(trials, attrs, count_metric, n_params, states)
 
 
@@ -285,7 +273,9 @@ def load_study(study_or_store: str | Path, *, tracking_uri: str | None = None,
         As `load_runs`.
     """
     count_metric = _param_metric(n_params)
-    trials, attrs = _read_study(study_or_store, tracking_uri)
+    from sweep.results.table import read_study  # MLflow only when a study is read
+
+    trials, attrs = read_study(study_or_store, tracking_uri)
     points = _points(trials, attrs, count_metric, n_params)
     if not curves:
         return points, None

@@ -140,18 +140,9 @@ def shapes(spec: StudySpec) -> list[Shape]:
     if sc.ladder is not None:
         return [Shape(s.d_model, s.n_layers, s.n_heads, s.d_ff) for s in sc.ladder]
     rule = sc.rule
-    widths = rule.widths()
-    out = []
-    for i, width in enumerate(widths):
-        if rule.aspect is not None:
-            depth = max(1, round(width / rule.aspect))
-        elif isinstance(rule.n_layers, list):
-            depth = rule.n_layers[i]
-        else:
-            depth = int(rule.n_layers)
-        out.append(Shape(width, depth, width // rule.d_head,
-                         max(1, round(rule.d_ff_ratio * width))))
-    return out
+    depths = rule.n_layers if isinstance(rule.n_layers, list) else None
+    return [_rule_shape(spec, width, depths[i] if depths else None)
+            for i, width in enumerate(rule.widths())]
 
 
 def _configs(spec: StudySpec, values: dict[str, Any]):
@@ -166,15 +157,8 @@ def candidates(spec: StudySpec) -> list[Candidate]:
     Raises:
         sweep.space.InvalidConfig: A shape that makes no valid model with the fixed fields.
     """
-    from models.cost import flops_per_token, non_embedding_param_count, param_count
-
-    out = []
-    for shape in shapes(spec):
-        model, _ = _configs(spec, {f"model.{k}": v for k, v in shape.fields().items()}
-                            | {"train.flops": spec.scaling.budgets[0]})
-        out.append(Candidate(shape, param_count(model), non_embedding_param_count(model),
-                             flops_per_token(model, train=True)))
-    return sorted(out, key=lambda c: (c.n_params, c.shape))
+    return sorted((_price(spec, shape) for shape in shapes(spec)),
+                  key=lambda c: (c.n_params, c.shape))
 
 
 # ---------------------------------------------------------------------------------- labels
@@ -194,10 +178,11 @@ def parse_label(spec: StudySpec, label: str) -> tuple[float, Shape]:
     Raises:
         ValueError: A label that is not one of `all_labels`.
     """
-    for budget in spec.scaling.budgets:
-        for shape in shapes(spec):
-            if point_label(budget, shape) == label:
-                return float(budget), shape
+    head, _, tail = label.partition("/")
+    budget = next((b for b in spec.scaling.budgets if f"C{b:.4g}" == head), None)
+    shape = next((s for s in shapes(spec) if s.label == tail), None)
+    if budget is not None and shape is not None:
+        return float(budget), shape
     raise ValueError(f"{SCALING_POINT}={label!r} is not a point of this study's grid")
 
 
@@ -235,7 +220,9 @@ def prior_centre(cands: list[Candidate], budget_flops: float, tokens_per_param: 
 
 
 def curve_optimum(n_params, loss) -> float | None:
-    """One budget's optimum N from its trained points: the parabola vertex in log N.
+    """One budget's optimum N (parameters) from its trained points: the vertex in log N.
+
+    ``n_params`` and ``loss`` (nats/token) have shape ``(n,)``; non-finite pairs are ignored.
 
     The vertex of loss = c0 + c1 log N + c2 (log N)^2 (Hoffmann et al. 2022, section 3.2)
     when it opens upwards and lies within the sampled sizes; else the size of the lowest loss.
@@ -417,14 +404,17 @@ def grid_rows(spec: StudySpec, layouts: list[BudgetLayout], *, device: str = "au
     return rows
 
 
-def _rule_shape(spec: StudySpec, width: int, depth_hint: int | None = None) -> Shape:
+def _rule_shape(spec: StudySpec, width: int, depth: int | None = None) -> Shape:
+    """The size rule's shape at ``width``.
+
+    Depth: from the aspect; else ``depth`` (a listed depth paired with the width); else the
+    rule's one depth, or the last of its list for a width past the list.
+    """
     rule = spec.scaling.rule
     if rule.aspect is not None:
         depth = max(1, round(width / rule.aspect))
-    elif isinstance(rule.n_layers, list):
-        depth = depth_hint or rule.n_layers[-1]
-    else:
-        depth = int(rule.n_layers)
+    elif depth is None:
+        depth = rule.n_layers[-1] if isinstance(rule.n_layers, list) else int(rule.n_layers)
     return Shape(width, depth, width // rule.d_head, max(1, round(rule.d_ff_ratio * width)))
 
 

@@ -27,7 +27,7 @@ from sweep.space import SpaceSummary
 from sweep.spec import StudySpec, parse_spec, spec_hash
 from sweep.study.preflight import PreflightError, preflight
 from sweep.study.progress import ProgressView
-from sweep.study.scaling import layout_notes, planned_trials, run_scaling
+from sweep.study.scaling import layout_notes, run_scaling
 from sweep.study.summary import finish_study
 from sweep.study.trial import StudyContext
 from sweep.tracking import StudyTracker
@@ -140,11 +140,12 @@ def run_study(
     # when the study is refused before it starts.
     created = next((p for p in reversed([out, *out.parents]) if not p.exists()), None)
     corpus, space_summary = preflight(spec, out, device=device, ray_address=ray_address)
+    prior = None  # a scaling study's grid as its prior lays it out
     if spec.scaling is not None:
         from sweep.space import grid
 
-        problems = grid.layout_problems(grid.layout(
-            spec, corpus_train_tokens=len(corpus.train), device=device))
+        prior = grid.layout(spec, corpus_train_tokens=len(corpus.train), device=device)
+        problems = grid.layout_problems(prior)
         if problems:
             if created is not None:
                 shutil.rmtree(created, ignore_errors=True)
@@ -158,7 +159,7 @@ def run_study(
                     shutil.rmtree(created, ignore_errors=True)
                 raise
         return _run(spec, out, corpus, space_summary, quiet=quiet, ray_address=ray_address,
-                    device=device, console=console)
+                    device=device, console=console, prior=prior)
 
 
 @contextlib.contextmanager
@@ -199,7 +200,7 @@ def _printer(console: Any):
 
 def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary, *,
          quiet: bool, ray_address: str | None, device: str | None,
-         console: Any) -> StudySummary:
+         console: Any, prior: list | None = None) -> StudySummary:
     uri = spec.tracking_uri(out)
     plain = spec.to_data()
     # The stored spec (parent run's spec.yaml) keeps no passwords of storage or tracking URLs.
@@ -216,8 +217,8 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
         ctx = StudyContext(spec, out, tracker.context, device=device, summary=space_summary,
                            _corpus=[corpus])
         total, notes = spec.search.n_trials, []
-        if spec.scaling is not None:
-            total = planned_trials(spec, len(corpus.train))
+        if prior is not None:  # the progress total (re-centring may change it a little)
+            total = sum(len(b.points) for b in prior)
         with ProgressView(spec.name, total, quiet=quiet, console=console) as view:
             if spec.scaling is None:
                 study = executor.run(ctx, total, view, address=ray_address)

@@ -14,13 +14,17 @@ The grid as laid out, dropped shapes and their reasons included, goes to the par
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import io
 from typing import Any
 
 from sweep.schema import (
+    METRIC_BUDGET_FLOPS,
     METRIC_FINAL_VAL_LOSS,
     METRIC_N_PARAMS,
+    METRIC_N_TOKENS,
+    METRIC_TOKENS_PER_PARAM,
     SCALING_GRID_ARTIFACT,
     TrialState,
 )
@@ -28,12 +32,7 @@ from sweep.space import grid
 from sweep.study.trial import StudyContext
 from sweep.tracking import read_trials
 
-__all__ = ["grid_csv", "layout_notes", "planned_trials", "run_scaling"]
-
-
-def planned_trials(spec: Any, corpus_train_tokens: int | None) -> int:
-    """Trials of the prior layout (the progress total; re-centring may change it a little)."""
-    return sum(len(b.points) for b in grid.layout(spec, corpus_train_tokens=corpus_train_tokens))
+__all__ = ["grid_csv", "layout_notes", "run_scaling"]
 
 
 def _held(ctx: StudyContext) -> list[dict[str, Any]]:
@@ -41,29 +40,27 @@ def _held(ctx: StudyContext) -> list[dict[str, Any]]:
     return read_trials(t.tracking_uri, t.experiment_id, t.parent_run_id)
 
 
-def _optimum(trials: list[dict[str, Any]], label_prefix: str) -> float | None:
-    n, loss = [], []
-    for t in trials:
-        if str(t["params"].get(grid.SCALING_POINT, "")).startswith(label_prefix) \
-                and t["state"] is TrialState.COMPLETE:
-            n.append(t["metrics"].get(METRIC_N_PARAMS))
-            loss.append(t["metrics"].get(METRIC_FINAL_VAL_LOSS))
-    return grid.curve_optimum(n, loss) if n else None
+def _optimum(trials: list[dict[str, Any]], budget: float) -> float | None:
+    """The optimum N of one budget's COMPLETE trials (`sweep.space.grid.curve_optimum`)."""
+    done = [t["metrics"] for t in trials if t["state"] is TrialState.COMPLETE
+            and t["metrics"].get(METRIC_BUDGET_FLOPS) == budget]
+    return grid.curve_optimum([m.get(METRIC_N_PARAMS) for m in done],
+                              [m.get(METRIC_FINAL_VAL_LOSS) for m in done]) if done else None
 
 
 def grid_csv(layouts: list[grid.BudgetLayout]) -> str:
-    """The layouts as CSV: one row per point or dropped shape."""
+    """The layouts as CSV: one row per point or dropped shape (``dropped`` holds the reason)."""
     out = io.StringIO()
-    out.write("budget_flops,centre_n_params,centre_source,shape,n_params,n_tokens,"
-              "tokens_per_param,dropped\n")
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([METRIC_BUDGET_FLOPS, "centre_n_params", "centre_source", "shape",
+                     METRIC_N_PARAMS, METRIC_N_TOKENS, METRIC_TOKENS_PER_PARAM, "dropped"])
     for lay in layouts:
-        head = f"{lay.budget_flops:.6g},{lay.centre_n_params:.6g},\"{lay.centre_source}\""
+        head = [f"{lay.budget_flops:.6g}", f"{lay.centre_n_params:.6g}", lay.centre_source]
         for p in lay.points:
-            out.write(f"{head},{p.candidate.shape.label},{p.candidate.n_params},{p.n_tokens},"
-                      f"{p.tokens_per_param:.4g},\n")
+            writer.writerow([*head, p.candidate.shape.label, p.candidate.n_params, p.n_tokens,
+                             f"{p.tokens_per_param:.4g}", ""])
         for label, reason in lay.dropped:
-            reason = reason.replace('"', "'")
-            out.write(f"{head},{label},,,,\"{reason}\"\n")
+            writer.writerow([*head, label, "", "", "", reason])
     return out.getvalue()
 
 
@@ -89,6 +86,7 @@ def run_scaling(executor: Any, ctx: StudyContext, view: Any, *, address: str | N
     optima: list[tuple[float, float]] = []
     layouts: list[grid.BudgetLayout] = []
     study = None
+    held = _held(ctx)
     for budget in spec.scaling.budgets:
         centre = source = None
         if spec.scaling.recentre and optima:
@@ -106,14 +104,14 @@ def run_scaling(executor: Any, ctx: StudyContext, view: Any, *, address: str | N
             if len(lay.points) < 3:
                 say(f"  warning: C={budget:.3g} has {len(lay.points)} sizes after re-centring; "
                     "its IsoFLOP curve cannot be fitted")
-        done = {str(t["params"].get(grid.SCALING_POINT)) for t in _held(ctx)
-                if t["state"].is_final}
+        done = {str(t["params"].get(grid.SCALING_POINT)) for t in held if t["state"].is_final}
         todo = [p for p in lay.points if p.label not in done]
         if todo:
             points = tuple({grid.SCALING_POINT: p.label} for p in todo)
             study = executor.run(dataclasses.replace(ctx, points=points), len(points), view,
                                  address=address) or study
-        optimum = _optimum(_held(ctx), f"C{budget:.4g}/")
+            held = _held(ctx)  # read once per budget run, for its optimum and the next budget
+        optimum = _optimum(held, budget)
         if optimum is not None:
             optima.append((budget, optimum))
     if client is not None:

@@ -131,7 +131,7 @@ class StudyTracker:
         else:
             run_id = parent.info.run_id
             old_digest = parent.data.tags.get(TAG_SPEC_HASH, "unknown")
-            old_spec = _load_spec(client, run_id)
+            old_spec = load_stored_spec(client, run_id)
             for note in check_resume_compatible(old_spec, spec):
                 log.warning("resuming %s with a changed spec: %s", study_name, note)
             if old_digest != digest:
@@ -227,7 +227,13 @@ class StudyTracker:
         }
 
 
-def _load_spec(client: MlflowClient, run_id: str) -> dict[str, Any]:
+def load_stored_spec(client: MlflowClient, run_id: str) -> dict[str, Any]:
+    """The plain spec a study's parent run ``run_id`` stored as ``spec.yaml`` ({} if empty).
+
+    Raises:
+        mlflow.exceptions.MlflowException, OSError: The artifact cannot be downloaded.
+        yaml.YAMLError: It is not YAML.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         path = client.download_artifacts(run_id, SPEC_ARTIFACT, dst_path=tmp)
         return yaml.safe_load(Path(path).read_text()) or {}
