@@ -43,6 +43,7 @@ __all__ = [
     "KIND_STUDY",
     "METRIC_BASELINE",
     "METRIC_BEST_VAL_LOSS",
+    "METRIC_BRANCH_TOKENS",
     "METRIC_BUDGET_FLOPS",
     "METRIC_FINAL_VAL_LOSS",
     "METRIC_FLOPS_PER_TOKEN",
@@ -67,6 +68,8 @@ __all__ = [
     "TAG_ALGORITHM",
     "TAG_BEST_RUN_ID",
     "TAG_BEST_TRIAL",
+    "TAG_BRANCH_FROM",
+    "TAG_BRANCH_NOTE",
     "TAG_EXECUTOR",
     "TAG_FAIL_REASON",
     "TAG_KIND",
@@ -153,6 +156,10 @@ TAG_ALGORITHM = "sweep.algorithm"
 TAG_TRUNCATED = "sweep.truncated_params"
 TAG_BEST_TRIAL = "sweep.best_trial_number"
 TAG_BEST_RUN_ID = "sweep.best_run_id"
+#: WSD branches (``scaling.branches``): the run whose stable-phase trunk a trial continued, and
+#: why a trunk was not used or not saved.
+TAG_BRANCH_FROM = "sweep.branch_from"
+TAG_BRANCH_NOTE = "sweep.branch_note"
 
 # --------------------------------------------------------------------------------- metrics
 METRIC_VAL_LOSS = "val_loss"
@@ -176,6 +183,8 @@ METRIC_MEM_ESTIMATE = "mem_estimate_bytes"
 METRIC_BUDGET_FLOPS = "budget_flops"
 METRIC_N_TOKENS = "n_tokens"
 METRIC_TOKENS_PER_PARAM = "tokens_per_param"
+#: WSD branches: training tokens a trial took from an earlier trial's stable-phase trunk.
+METRIC_BRANCH_TOKENS = "branch_tokens"
 #: Cost-model metrics of every trial, logged at step 0 (`cost_metrics`).
 COST_METRICS = (
     METRIC_N_PARAMS,

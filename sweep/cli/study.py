@@ -104,6 +104,7 @@ def _measured_flops_per_s(spec) -> tuple[float | None, str]:
 
 def _print_grid(spec, layouts, device: str | None) -> None:
     from sweep.schema import (
+        METRIC_BRANCH_TOKENS,
         METRIC_BUDGET_FLOPS,
         METRIC_MEM_ESTIMATE,
         METRIC_N_TOKENS,
@@ -114,15 +115,24 @@ def _print_grid(spec, layouts, device: str | None) -> None:
     sc = spec.scaling
     rate, rate_note = _measured_flops_per_s(spec)
     rows = grid.grid_rows(spec, layouts, device=device or "auto", flops_per_s=rate)
-    table = Table("budget (FLOPs)", "shape", "N", "tokens", "tokens/N", "memory", "est. time",
-                  title=f"IsoFLOP grid: {len(rows)} trials")
+    branch = ("from trunk",) if sc.branches else ()
+    table = Table("budget (FLOPs)", "shape", "N", "tokens", *branch, "tokens/N", "memory",
+                  "est. time", title=f"IsoFLOP grid: {len(rows)} trials")
     for r in rows:
         est = "-" if r["est_seconds"] is None else f"{r['est_seconds']:,.0f} s"
+        reused = (f"{r[METRIC_BRANCH_TOKENS]:,}",) if sc.branches else ()
         table.add_row(f"{r[METRIC_BUDGET_FLOPS]:.3g}", r["shape"], f"{r[METRIC_N_PARAMS]:,}",
-                      f"{r[METRIC_N_TOKENS]:,}", f"{r[METRIC_TOKENS_PER_PARAM]:.1f}",
+                      f"{r[METRIC_N_TOKENS]:,}", *reused, f"{r[METRIC_TOKENS_PER_PARAM]:.1f}",
                       f"{r[METRIC_MEM_ESTIMATE] / 2**20:,.0f} MiB", est)
     common.console.print(table)
     say = common.console.print
+    if sc.branches:
+        total = sum(r[METRIC_N_TOKENS] for r in rows)
+        trained = total - sum(r[METRIC_BRANCH_TOKENS] for r in rows)
+        n = sum(1 for r in rows if r[METRIC_BRANCH_TOKENS])
+        say(f"scaling.branches: {n} of {len(rows)} trials continue their shape's stable-phase "
+            f"trunk; {trained:,} tokens trained instead of {total:,} "
+            f"({1 - trained / total:.0%} fewer)", highlight=False, soft_wrap=True)
     for lay in layouts:
         say(f"C={lay.budget_flops:.3g}: centred on N*={lay.centre_n_params:,.0f} "
             f"({lay.centre_source})", highlight=False)

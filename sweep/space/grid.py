@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from sweep.schema import (
+    METRIC_BRANCH_TOKENS,
     METRIC_BUDGET_FLOPS,
     METRIC_MEM_ESTIMATE,
     METRIC_N_PARAMS,
@@ -382,21 +383,32 @@ def grid_rows(spec: StudySpec, layouts: list[BudgetLayout], *, device: str = "au
 
     Returns:
         Dicts keyed by the schema's names (``budget_flops``, ``n_params``, ``n_tokens``,
-        ``tokens_per_param``, ``mem_estimate_bytes``: training, per micro-batch) plus ``shape`` and
-        ``est_seconds`` (``n_tokens`` x FLOPs per token / ``flops_per_s``, or None).
+        ``tokens_per_param``, ``mem_estimate_bytes``: training, per micro-batch) plus ``shape``,
+        ``branch_tokens`` (with ``scaling.branches``: tokens continued from the same shape's
+        trunk at the previous budget, `sweep.train.branches`; else 0) and ``est_seconds``
+        (tokens it trains itself x FLOPs per token / ``flops_per_s``, or None).
     """
     from sweep.space.constraints import training_cost
+    from sweep.train.config import resolve_budget
+    from sweep.train.schedule import wsd_stable_end
 
     rows = []
+    trunks: dict[str, int] = {}  # shape label -> its trunk point so far (scaling.branches)
     for lay in layouts:
         for p in lay.points:
             model, train = _configs(spec, {**{f"model.{k}": v
                                               for k, v in p.candidate.shape.fields().items()},
                                            "train.flops": lay.budget_flops})
             mem = training_cost(model, train, device).memory.total
-            flops = p.n_tokens * p.candidate.flops_per_token_train
+            reused = 0
+            if spec.scaling.branches:
+                b = resolve_budget(train, model)
+                reused = trunks.get(p.candidate.shape.label, 0)
+                trunks[p.candidate.shape.label] = wsd_stable_end(
+                    b.total_tokens, b.step_tokens, b.warmup_tokens or 0, train.decay_fraction)
+            flops = (p.n_tokens - reused) * p.candidate.flops_per_token_train
             rows.append({METRIC_BUDGET_FLOPS: lay.budget_flops,
-                         "shape": p.candidate.shape.label,
+                         "shape": p.candidate.shape.label, METRIC_BRANCH_TOKENS: reused,
                          METRIC_N_PARAMS: p.candidate.n_params, METRIC_N_TOKENS: p.n_tokens,
                          METRIC_TOKENS_PER_PARAM: p.tokens_per_param,
                          METRIC_MEM_ESTIMATE: mem,

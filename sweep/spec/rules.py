@@ -239,6 +239,20 @@ def _check_scaling(spec: StudySpec, budgets: list[str]) -> Iterator[str]:
                "grid; use none (the default for scaling studies)")
     if list(s.objectives) != [METRIC_VAL_LOSS]:
         yield "search.objectives: a scaling study fits val_loss only; remove the others"
+    if spec.scaling.branches:
+        yield from _check_branches(spec)
+
+
+def _check_branches(spec: StudySpec) -> Iterator[str]:
+    """WSD branches share a stable phase across budgets (`sweep.train.branches`)."""
+    schedule = spec.train.get("schedule", TrainConfig.schedule)
+    if schedule != "wsd":
+        yield (f"scaling.branches: needs train.schedule: wsd (a fixed value), got {schedule!r}; "
+               "only a warmup-stable-decay schedule has a stable phase that every budget shares")
+    warmup = spec.train.get("warmup", TrainConfig.warmup)
+    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or 0 < warmup < 1:
+        yield (f"scaling.branches: needs train.warmup fixed in tokens (>= 1) or 0, got "
+               f"{warmup!r}; a fraction of the budget would give each budget its own warmup")
 
 
 # ------------------------------------------------------------------------------ conditions

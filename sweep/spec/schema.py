@@ -277,6 +277,11 @@ class ScalingSpec(_Section):
     ``max_epochs`` passes over the corpus's training split, are dropped with a note (Muennighoff
     et al. 2023, "Scaling Data-Constrained Language Models": up to about 4 epochs of repeated
     data are worth nearly as much as new data).
+
+    With ``branches`` (needs ``train.schedule: wsd`` and ``train.warmup`` in tokens), a shape's
+    run at a larger budget continues the stable phase of its run at the next smaller budget
+    from a checkpoint and cools down on its own branch: the same final loss as a run from step
+    0, for a fraction of the tokens (`sweep.train.branches`, Hagele et al. 2024).
     """
 
     budgets: list[float] = Field(min_length=1, max_length=64)
@@ -287,6 +292,7 @@ class ScalingSpec(_Section):
     span: float = Field(default=4.0, gt=1, le=1e6, allow_inf_nan=False)
     recentre: bool = True
     max_epochs: float = Field(default=4.0, gt=0, allow_inf_nan=False)
+    branches: bool = False
 
     @field_validator("budgets", mode="before")
     @classmethod

@@ -27,11 +27,14 @@ from models.errors import ConfigError
 from sweep import space
 from sweep.data import Corpus, load_corpus
 from sweep.schema import (
+    METRIC_BRANCH_TOKENS,
     METRIC_BUDGET_FLOPS,
     METRIC_N_PARAMS,
     METRIC_N_TOKENS,
     METRIC_TOKENS_PER_PARAM,
     METRIC_VAL_LOSS,
+    TAG_BRANCH_FROM,
+    TAG_BRANCH_NOTE,
     TrialState,
     cost_metrics,
 )
@@ -41,8 +44,11 @@ from sweep.spec import StudySpec
 from sweep.tracking import TrialContext, TrialRun
 from sweep.train import NullReporter, Reporter, TrainConfig, Trainer
 
-__all__ = ["OpenTrial", "StudyContext", "TrialOutcome", "evaluate", "objective_values",
-           "open_trial", "train_trial"]
+#: The study folder's subfolder of WSD trunk checkpoints (``scaling.branches``).
+BRANCHES_DIR = "branches"
+
+__all__ = ["BRANCHES_DIR", "OpenTrial", "StudyContext", "TrialOutcome", "evaluate",
+           "objective_values", "open_trial", "train_trial"]
 
 
 @dataclass(frozen=True)
@@ -226,11 +232,30 @@ def train_trial(ctx: StudyContext, trial: OpenTrial,
     prune the trial. Exceptions inside training end the run ``FAILED`` and are re-raised.
     """
     with trial.run as run:
-        trainer = Trainer(trial.model, trial.train, ctx.corpus(), device=ctx.device)
-        result = trainer.train(_Tee(run, reporter or NullReporter()))
+        tee = _Tee(run, reporter or NullReporter())
+        if ctx.spec.scaling is not None and ctx.spec.scaling.branches:
+            result = _train_branch(ctx, trial, run, tee)
+        else:
+            trainer = Trainer(trial.model, trial.train, ctx.corpus(), device=ctx.device)
+            result = trainer.train(tee)
         run.log_result(result)
     return TrialOutcome(trial.number, result.state, result.best_val_loss, result.fail_reason,
                         trial.cost, run.run_id, trial.constraints, result.tokens)
+
+
+def _train_branch(ctx: StudyContext, trial: OpenTrial, run: TrialRun, tee: _Tee) -> Any:
+    """Train a WSD grid point from its shape's stable-phase trunk (`sweep.train.branches`)."""
+    from sweep.train.branches import train_branch
+
+    result, info = train_branch(
+        lambda: Trainer(trial.model, trial.train, ctx.corpus(), device=ctx.device), tee,
+        ctx.out_dir / BRANCHES_DIR, meta={"run_id": run.run_id, "trial": trial.number})
+    run.log_metrics({METRIC_BRANCH_TOKENS: info.reused_tokens})
+    tags = {TAG_BRANCH_FROM: info.source["run_id"]} if "run_id" in info.source else {}
+    if info.notes:
+        tags[TAG_BRANCH_NOTE] = "; ".join(info.notes)
+    run.set_tags(tags)
+    return result
 
 
 def evaluate(

@@ -14,6 +14,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 from sweep.schema import (
     KIND_STUDY,
     METRIC_VAL_LOSS,
+    TAG_BRANCH_FROM,
     TAG_FAIL_REASON,
     TAG_KIND,
     TAG_STATE,
@@ -57,6 +58,7 @@ def read_trials(tracking_uri: str, experiment_id: str, parent_run_id: str) -> li
 
     Returns:
         Dicts with ``trial`` (int), ``run_id``, ``state``, ``fail_reason`` (str or None),
+        ``branch_from`` (the run whose WSD trunk it continued, or None),
         ``params`` (dotted keys, values decoded with `sweep.schema.decode_param`),
         ``metrics`` (latest
         value of each metric; ``val_loss`` is the final one), ``start_time``/``end_time`` (ms).
@@ -79,6 +81,7 @@ def read_trials(tracking_uri: str, experiment_id: str, parent_run_id: str) -> li
                     "run_name": tags.get(MLFLOW_RUN_NAME, run.info.run_name),
                     "state": TrialState(tags.get(TAG_STATE, TrialState.RUNNING)),
                     "fail_reason": tags.get(TAG_FAIL_REASON),
+                    "branch_from": tags.get(TAG_BRANCH_FROM),
                     "params": {k: decode_param(v) for k, v in run.data.params.items()},
                     "metrics": dict(run.data.metrics),
                     "start_time": run.info.start_time,

@@ -163,6 +163,10 @@ class TrialRun:
         self.last_step = max(self.last_step, int(tokens))
         self.log_metrics(metrics, step=int(tokens))
 
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        """Set tags on the run (values cut to the store's tag limit)."""
+        self._log(tags=[RunTag(k, str(v)[:MAX_TAG_VAL_LENGTH]) for k, v in tags.items()])
+
     def log_mutation(self, tokens: int, changes: Mapping[str, Any]) -> None:
         """Record hyperparameters changed during training (population-based training).
 

@@ -23,7 +23,28 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["lr_factor"]
+__all__ = ["lr_factor", "wsd_cooldown_start", "wsd_stable_end"]
+
+
+def wsd_cooldown_start(total: float, warmup: float, decay_fraction: float) -> float:
+    """Where a ``wsd`` schedule's cooldown starts: ``max(warmup, total * (1 - decay_fraction))``.
+
+    Up to this point the rate is the peak (after warmup) whatever ``total`` is, so a run
+    stopped here can be continued to any longer budget with the same warmup
+    (`sweep.train.branches`). Units are those of ``total`` (tokens, or seconds).
+    """
+    return max(warmup, total * (1.0 - decay_fraction))
+
+
+def wsd_stable_end(total_tokens: int, step_tokens: int, warmup_tokens: int,
+                   decay_fraction: float) -> int:
+    """The last step boundary at or before the cooldown start, in tokens.
+
+    Every step that ends there or earlier runs at the rate any longer budget's run would use,
+    so a checkpoint there can be continued by any of them (`sweep.train.branches`).
+    """
+    start = wsd_cooldown_start(total_tokens, warmup_tokens, decay_fraction)
+    return int(math.floor(start / step_tokens)) * step_tokens
 
 
 def lr_factor(
@@ -53,7 +74,7 @@ def lr_factor(
     if schedule == "constant" or total <= warmup:
         return 1.0
     if schedule == "wsd":
-        start = max(warmup, total * (1.0 - decay_fraction))
+        start = wsd_cooldown_start(total, warmup, decay_fraction)
         if done <= start:
             return 1.0
         frac = min(1.0, (done - start) / (total - start))

@@ -347,8 +347,13 @@ class Trainer:
             history=[dict(h) for h in self.history])
 
     # ------------------------------------------------------------------------- checkpoints
-    def save_checkpoint(self, path: Path | str) -> Path:
+    def save_checkpoint(self, path: Path | str, *, meta: dict | None = None) -> Path:
         """Write the whole training state to ``path`` atomically.
+
+        Args:
+            path: The file to write.
+            meta: Plain data (str, int, float) kept with the state and returned by
+                `load_checkpoint`, e.g. which run wrote it.
 
         Raises:
             RuntimeError: If the trial diverged or failed (no checkpoint of it is written).
@@ -370,14 +375,18 @@ class Trainer:
             "rng": {"cpu": self._rng_cpu, "cuda": self._rng_cuda},
             "data": {"seed": self._data_seed, "next_batch": self.step * self.budget.grad_accum},
             "history": self.history,
+            "meta": dict(meta or {}),
         })
 
-    def load_checkpoint(self, path: Path | str) -> None:
+    def load_checkpoint(self, path: Path | str) -> dict:
         """Restore the training state from ``path`` (possibly another member's, for PBT).
 
         The model's shape must match. Mutable hyperparameters, RNG states and the data stream
         (seed and position) take the checkpoint's values, so training continues exactly as the
         checkpointed trainer would have.
+
+        Returns:
+            The ``meta`` the checkpoint was saved with (empty if none).
 
         Raises:
             sweep.train.checkpoint.CheckpointError: Unreadable file, or a model of another shape.
@@ -404,6 +413,7 @@ class Trainer:
         self._data_seed = ckpt["data"]["seed"]
         self.history = [dict(h) for h in ckpt["history"]]
         self.fail_reason = None
+        return dict(ckpt.get("meta") or {})
 
 
 def run_trial(
