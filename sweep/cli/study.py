@@ -109,6 +109,7 @@ def _print_grid(spec, layouts, device: str | None) -> None:
         METRIC_MEM_ESTIMATE,
         METRIC_N_TOKENS,
         METRIC_TOKENS_PER_PARAM,
+        METRIC_TRAIN_FLOPS,
     )
     from sweep.space import grid
 
@@ -130,9 +131,12 @@ def _print_grid(spec, layouts, device: str | None) -> None:
         total = sum(r[METRIC_N_TOKENS] for r in rows)
         trained = total - sum(r[METRIC_BRANCH_TOKENS] for r in rows)
         n = sum(1 for r in rows if r[METRIC_BRANCH_TOKENS])
+        flops = sum(r[METRIC_TRAIN_FLOPS] for r in rows)
+        alone = sum(r[METRIC_BUDGET_FLOPS] for r in rows)
         say(f"scaling.branches: {n} of {len(rows)} trials continue their shape's stable-phase "
             f"trunk; {trained:,} tokens trained instead of {total:,} "
-            f"({1 - trained / total:.0%} fewer)", highlight=False, soft_wrap=True)
+            f"({1 - trained / total:.0%} fewer), {flops:.3g} training FLOPs instead of "
+            f"{alone:.3g} ({1 - flops / alone:.0%} less)", highlight=False, soft_wrap=True)
     for lay in layouts:
         say(f"C={lay.budget_flops:.3g}: centred on N*={lay.centre_n_params:,.0f} "
             f"({lay.centre_source})", highlight=False)

@@ -33,6 +33,7 @@ from sweep.schema import (
     METRIC_N_PARAMS,
     METRIC_N_TOKENS,
     METRIC_TOKENS_PER_PARAM,
+    METRIC_TRAIN_FLOPS,
 )
 from sweep.spec import StudySpec
 
@@ -385,8 +386,9 @@ def grid_rows(spec: StudySpec, layouts: list[BudgetLayout], *, device: str = "au
         Dicts keyed by the schema's names (``budget_flops``, ``n_params``, ``n_tokens``,
         ``tokens_per_param``, ``mem_estimate_bytes``: training, per micro-batch) plus ``shape``,
         ``branch_tokens`` (with ``scaling.branches``: tokens continued from the same shape's
-        trunk at the previous budget, `sweep.train.branches`; else 0) and ``est_seconds``
-        (tokens it trains itself x FLOPs per token / ``flops_per_s``, or None).
+        trunk at the previous budget, `sweep.train.branches`; else 0), ``train_flops`` (the
+        FLOPs it trains itself: tokens less ``branch_tokens``, x training FLOPs per token) and
+        ``est_seconds`` (``train_flops`` / ``flops_per_s``, or None).
     """
     from sweep.space.constraints import training_cost
     from sweep.train.config import resolve_budget
@@ -409,6 +411,7 @@ def grid_rows(spec: StudySpec, layouts: list[BudgetLayout], *, device: str = "au
             flops = (p.n_tokens - reused) * p.candidate.flops_per_token_train
             rows.append({METRIC_BUDGET_FLOPS: lay.budget_flops,
                          "shape": p.candidate.shape.label, METRIC_BRANCH_TOKENS: reused,
+                         METRIC_TRAIN_FLOPS: flops,
                          METRIC_N_PARAMS: p.candidate.n_params, METRIC_N_TOKENS: p.n_tokens,
                          METRIC_TOKENS_PER_PARAM: p.tokens_per_param,
                          METRIC_MEM_ESTIMATE: mem,
