@@ -48,7 +48,8 @@ class AttnLayout:
         kept_pairs: Query-key pairs the mask keeps, per head and sequence.
         total_pairs: Pairs of the unsparsified mask: T(T+1)/2 causal, T^2 otherwise.
         window: ``local``: window length in keys (d < window).
-        stride: ``strided``: the stride l (d < l or d % l == 0).
+        stride: ``strided``: the stride l (d < l or d % l == 0); 1 at seq_len 1, whose one
+            pair is the diagonal.
         block_size: ``block_sparse``: block size in tokens.
         n_window_blocks, n_global_blocks, n_random_blocks: ``block_sparse`` block counts.
         key_blocks: ``block_sparse``: for each query block, the sorted key blocks it keeps.
@@ -175,9 +176,11 @@ def _local(seq_len: int, causal: bool) -> list[tuple[int, dict]]:
 
 
 def _strided(seq_len: int, causal: bool) -> list[tuple[int, dict]]:
+    # Strides 2..T; at T = 1 the one pair is the diagonal, which stride 1 keeps.
+    strides = range(2, seq_len + 1) if seq_len > 1 else (1,)
     return [
         (kept_pairs("strided", seq_len, causal=causal, stride=stride), {"stride": stride})
-        for stride in range(2, seq_len + 1)
+        for stride in strides
     ]
 
 
@@ -273,8 +276,6 @@ def derive_layout(
         candidates = _block_sparse(seq_len, causal, block_size, seed)
     else:
         raise PatternError(f"attn_pattern={pattern!r} is not a known pattern")
-    if not candidates:
-        candidates = [(total, {})]
     max_sparsity = 1.0 - min(kept for kept, _ in candidates) / total
     if sparsity > max_sparsity + 1e-12:
         why = {

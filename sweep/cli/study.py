@@ -32,13 +32,15 @@ def validate(
 
     Exits 2 for an invalid spec, or a space in which no sampled config is valid and feasible.
     """
-    from sweep import space
     from sweep.spec import SpecError, load_spec, spec_hash
 
     try:
         spec = load_spec(spec_path)
     except SpecError as exc:
         bad_input(str(exc))
+    _check_inputs(spec, device=device)
+    from sweep import space
+
     summary = space.summarize(spec, n_samples=samples, device=device).to_dict()
     n_ok = summary["n_configs"] - summary["n_invalid"] - summary["n_infeasible"]
     if as_json:
@@ -156,9 +158,29 @@ def _print_grid(spec, layouts, device: str | None) -> None:
                 f"scaling studies default to {name} none", highlight=False)
 
 
+def _check_inputs(spec, out: Path | None = None, device: str | None = None,
+                  space: bool = False):
+    """`sweep.study.check_inputs` (and `check_space` when ``space``), exiting 2 on bad input.
+
+    Light: run before the command imports torch, MLflow or Optuna, so bad input is refused in
+    well under a second.
+
+    Returns:
+        The priced space when ``space``, else ``None``.
+    """
+    from sweep.data import DataError
+    from sweep.study.preflight import PreflightError, check_inputs, check_space
+
+    try:
+        check_inputs(spec, out, device=device)
+        return check_space(spec, device=device) if space else None
+    except (DataError, PreflightError) as exc:
+        bad_input(str(exc))
+
+
 def _load_study_spec(spec_path: str, executor: str | None = None, trials: int | None = None):
     from sweep.spec import SpecError, load_spec
-    from sweep.study import with_overrides
+    from sweep.study.overrides import with_overrides
 
     if executor is not None and executor not in ("optuna", "ray"):
         bad_input(f"--executor {executor!r} is not one of optuna, ray")
@@ -191,14 +213,17 @@ def run(
 
     Exits 0 when at least one trial completed, 1 when none did, 2 for bad input.
     """
-    from sweep.data import DataError
-    from sweep.study import PreflightError, run_study
-    from sweep.tracking import ResumeError
-
     spec = _load_study_spec(spec_path, executor, trials)
     if address and spec.search.executor != "ray":
         bad_input(f"--address: only the ray executor runs on a Ray cluster; this study's "
                   f"executor is {spec.search.executor} (add --executor ray)")
+    _check_inputs(spec, Path(out) if out else spec.default_output_dir(), device, space=True)
+    # Only now the heavy packages (torch, MLflow, Optuna): the input is good as far as the spec
+    # and the flags can tell.
+    from sweep.data import DataError
+    from sweep.study import PreflightError, run_study
+    from sweep.tracking import ResumeError
+
     try:
         summary = run_study(spec, out_dir=out, quiet=quiet or as_json, ray_address=address,
                             device=device, console=common.console)
@@ -269,6 +294,13 @@ def worker(
     machine reaches (an RDB ``search.storage`` and an MLflow server ``tracking.uri``, or a
     shared file system).
     """
+    spec = _load_study_spec(spec_path, "optuna")
+    if spec.scaling is not None:
+        bad_input(f"{spec_path}: a scaling study's grid points are queued by sweep run, budget "
+                  "by budget; sweep worker would draw points of its own. Run it with sweep run "
+                  "(search.parallel for more processes)")
+    out_dir = Path(out) if out else spec.default_output_dir()
+    _check_inputs(spec, out_dir, device, space=True)
     from sweep.executors import optuna as optuna_executor
     from sweep.study.trial import StudyContext
     from sweep.tracking import (
@@ -279,12 +311,6 @@ def worker(
         shown_uri,
     )
 
-    spec = _load_study_spec(spec_path, "optuna")
-    if spec.scaling is not None:
-        bad_input(f"{spec_path}: a scaling study's grid points are queued by sweep run, budget "
-                  "by budget; sweep worker would draw points of its own. Run it with sweep run "
-                  "(search.parallel for more processes)")
-    out_dir = Path(out) if out else spec.default_output_dir()
     uri = spec.tracking_uri(out_dir)
     try:
         check_reachable(uri, spec.tracking_uri_source())

@@ -2,7 +2,8 @@
 
 `load_corpus` (in `sweep.data.corpus`) turns a URI (``builtin:python-stdlib``, ``text:PATH``,
 ``tokens:PATH``, ``synthetic:markov?...``) into a `Corpus`; `sweep.data.synthetic` generates the
-synthetic sources whose entropy rate is known exactly.
+synthetic sources whose entropy rate is known exactly. `check_corpus` checks a URI's scheme,
+parameters and paths in milliseconds, without reading the corpus.
 """
 
 from sweep.data.corpus import (
@@ -11,6 +12,7 @@ from sweep.data.corpus import (
     VAL_FRACTION,
     Corpus,
     DataError,
+    check_corpus,
     load_corpus,
     unigram_entropy,
 )
@@ -21,6 +23,7 @@ __all__ = [
     "VAL_FRACTION",
     "Corpus",
     "DataError",
+    "check_corpus",
     "load_corpus",
     "unigram_entropy",
 ]

@@ -10,7 +10,11 @@ URIs:
 - ``text:PATH``: a text file, or every file under a directory (recursive, sorted), byte-level.
 - ``tokens:PATH[?vocab=V]``: a nanoGPT-style folder with ``train.bin`` and ``val.bin``
   (``uint16`` ids). The vocab size comes from ``vocab=``, the ``vocab_size`` argument, or
-  ``meta.json`` / ``meta.pkl`` (nanoGPT's format; a pickle, so only for folders you trust).
+  ``meta.json`` / ``meta.pkl`` (nanoGPT's format: a pickled dict with ``vocab_size``, ``itos``,
+  ``stoi``). ``meta.pkl`` is read by a restricted unpickler that builds only plain data (dicts,
+  lists, tuples, strings, bytes, numbers, booleans, None) and refuses any pickle that names a
+  Python class or function, so a folder's pickle never runs code; such a file is refused with a
+  `DataError` naming it (write ``meta.json`` with ``vocab_size`` instead).
 - ``synthetic:markov?order=K&vocab=V&alpha=A&seed=S&tokens=N``,
   ``synthetic:copy?vocab=V&length=L&seed=S&tokens=N`` and
   ``synthetic:associative-recall?vocab=V&pairs=P&seed=S&tokens=N``: sources whose entropy rate
@@ -43,7 +47,8 @@ import numpy as np
 from sweep.data import synthetic
 from sweep.schema import METRIC_BASELINE
 
-__all__ = ["DEFAULT_CORPUS", "SCHEMES", "VAL_FRACTION", "Corpus", "DataError", "load_corpus"]
+__all__ = ["DEFAULT_CORPUS", "SCHEMES", "VAL_FRACTION", "Corpus", "DataError", "check_corpus",
+           "load_corpus"]
 
 #: URI schemes of corpora, in the order the docs list them.
 SCHEMES = ("builtin", "text", "tokens", "synthetic")
@@ -185,9 +190,7 @@ def _read_stdlib(uri: str, max_bytes: int) -> bytes:
     return b"".join(parts)[:max_bytes]
 
 
-def _read_text(uri: str, path: Path) -> bytes:
-    if not path.exists():
-        raise DataError(f"corpus {uri!r}: path {str(path)!r} does not exist")
+def _read_text(path: Path) -> bytes:
     if path.is_file():
         return path.read_bytes()
     files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
@@ -203,19 +206,22 @@ def _bytes_source(uri: str, cache_dir: Path, raw: bytes, vocab_size: int | None)
     return _prepare(uri, cache_dir, digest, lambda: (tokens, None), vocab, byte_level=True)
 
 
-def _synthetic(uri: str, cache_dir: Path, rest: str, vocab_size: int | None) -> Corpus:
+_SYNTHETIC_COMMON = {"vocab": int, "seed": int, "tokens": int}
+_SYNTHETIC_KINDS = {
+    "markov": {**_SYNTHETIC_COMMON, "order": int, "alpha": float},
+    "copy": {**_SYNTHETIC_COMMON, "length": int},
+    "associative-recall": {**_SYNTHETIC_COMMON, "pairs": int},
+}
+
+
+def _synthetic_params(uri: str, rest: str) -> tuple[str, dict]:
+    """The task and its parameters (defaults filled in), each checked against its range."""
     task, _, query = rest.partition("?")
-    common = {"vocab": int, "seed": int, "tokens": int}
-    kinds = {
-        "markov": {**common, "order": int, "alpha": float},
-        "copy": {**common, "length": int},
-        "associative-recall": {**common, "pairs": int},
-    }
-    if task not in kinds:
+    if task not in _SYNTHETIC_KINDS:
         raise DataError(f"corpus {uri!r}: unknown synthetic task {task!r}; known: "
-                        f"{', '.join(kinds)}")
+                        f"{', '.join(_SYNTHETIC_KINDS)}")
     p = {"vocab": 16, "seed": 0, "tokens": 1_000_000, "order": 1, "alpha": 0.5, "length": 16,
-         "pairs": 8, **_parse_params(uri, query, kinds[task])}
+         "pairs": 8, **_parse_params(uri, query, _SYNTHETIC_KINDS[task])}
     vocab, n = p["vocab"], p["tokens"]
     if not 2 <= vocab <= 65536:
         raise DataError(f"corpus {uri!r}: vocab={vocab} must be in [2, 65536]")
@@ -227,30 +233,37 @@ def _synthetic(uri: str, cache_dir: Path, rest: str, vocab_size: int | None) -> 
                             f"vocab**order <= 2**20")
         if not 0 < p["alpha"] < math.inf:
             raise DataError(f"corpus {uri!r}: alpha={p['alpha']} must be a finite number > 0")
-
-        def make():
-            return synthetic.markov_stream(n, vocab, p["order"], p["alpha"], p["seed"])
     elif task == "copy":
         if vocab < 3 or p["length"] < 1:
             raise DataError(f"corpus {uri!r}: copy needs vocab >= 3 and length >= 1")
+    elif not 1 <= p["pairs"] <= vocab // 2 or vocab < 4:
+        raise DataError(f"corpus {uri!r}: associative-recall needs vocab >= 4 and "
+                        f"1 <= pairs <= vocab // 2")
+    return task, p
 
+
+def _synthetic(uri: str, cache_dir: Path, task: str, p: dict,
+               vocab_size: int | None) -> Corpus:
+    vocab, n = p["vocab"], p["tokens"]
+    if task == "markov":
+        def make():
+            return synthetic.markov_stream(n, vocab, p["order"], p["alpha"], p["seed"])
+    elif task == "copy":
         def make():
             return synthetic.copy_stream(n, vocab, p["length"], p["seed"])
     else:
-        if not 1 <= p["pairs"] <= vocab // 2 or vocab < 4:
-            raise DataError(f"corpus {uri!r}: associative-recall needs vocab >= 4 and "
-                            f"1 <= pairs <= vocab // 2")
-
         def make():
             return synthetic.associative_recall_stream(n, vocab, p["pairs"], p["seed"])
 
-    key = json.dumps({"task": task, **{k: p[k] for k in sorted(kinds[task])}}, sort_keys=True)
+    key = json.dumps({"task": task, **{k: p[k] for k in sorted(_SYNTHETIC_KINDS[task])}},
+                     sort_keys=True)
     model_vocab = vocab if vocab_size is None else vocab_size
     digest = _hash(b"synthetic", key.encode(), str(model_vocab).encode())
     return _prepare(uri, cache_dir, digest, make, model_vocab, byte_level=False)
 
 
-def _tokens(uri: str, cache_dir: Path, rest: str, vocab_size: int | None) -> Corpus:
+def _token_files(uri: str, rest: str, vocab_size: int | None) -> tuple[dict[str, Path], int]:
+    """The folder's ``train.bin`` and ``val.bin``, checked, and the vocab size."""
     raw_path, _, query = rest.partition("?")
     folder = Path(raw_path).expanduser()
     if not folder.is_dir():
@@ -267,6 +280,10 @@ def _tokens(uri: str, cache_dir: Path, rest: str, vocab_size: int | None) -> Cor
     vocab = _parse_params(uri, query, {"vocab": int}).get("vocab", vocab_size)
     if vocab is None:
         vocab = _vocab_from_meta(uri, folder)
+    return files, vocab
+
+
+def _tokens(uri: str, cache_dir: Path, files: dict[str, Path], vocab: int) -> Corpus:
     stats = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files.values()]
     digest = _hash(b"tokens", json.dumps(stats).encode(), str(vocab).encode())
     train = np.memmap(files["train"], dtype=np.uint16, mode="r")
@@ -274,20 +291,49 @@ def _tokens(uri: str, cache_dir: Path, rest: str, vocab_size: int | None) -> Cor
     return _prepare(uri, cache_dir, digest, None, vocab, byte_level=False, splits=(train, val))
 
 
+class _PlainUnpickler(pickle.Unpickler):
+    """An unpickler that builds plain data only and imports nothing.
+
+    Dicts, lists, tuples, strings, bytes, numbers, booleans and None need no import. Every other
+    object of a pickle (a class, a function, anything with ``__reduce__``) is reached through
+    `find_class`, which refuses it; persistent ids are refused by the base class.
+    """
+
+    def find_class(self, module: str, name: str):  # noqa: D102
+        raise pickle.UnpicklingError(
+            f"it refers to the Python object {module}.{name}; only plain data (dicts, lists, "
+            "strings, numbers) is read from a meta.pkl, never code")
+
+
+def _read_plain_pickle(path: Path) -> object:
+    """Unpickle ``path`` allowing only plain data; no class or function is ever imported.
+
+    Raises:
+        pickle.UnpicklingError: The pickle names a class or function (the message says which),
+            or is malformed.
+        EOFError: The file ends early.
+        OSError: It cannot be read.
+    """
+    with open(path, "rb") as f:
+        return _PlainUnpickler(f).load()
+
+
 def _vocab_from_meta(uri: str, folder: Path) -> int:
     json_path, pkl_path = folder / "meta.json", folder / "meta.pkl"
+    if json_path.is_file():
+        meta_path = json_path
+    elif pkl_path.is_file():
+        meta_path = pkl_path
+    else:
+        raise DataError(f"corpus {uri!r}: no vocab size: add meta.json with vocab_size, "
+                        f"or give it as {uri.split('?')[0]}?vocab=V")
     try:
-        if json_path.is_file():
-            meta_path, meta = json_path, json.loads(json_path.read_text())
-        elif pkl_path.is_file():
-            with open(pkl_path, "rb") as f:
-                # nanoGPT's format, from the user's own folder
-                meta_path, meta = pkl_path, pickle.load(f)  # noqa: S301
-        else:
-            raise DataError(f"corpus {uri!r}: no vocab size: add meta.json with vocab_size, "
-                            f"or give it as {uri.split('?')[0]}?vocab=V")
+        if meta_path is json_path:
+            meta = json.loads(json_path.read_text())
+        else:  # nanoGPT's format
+            meta = _read_plain_pickle(pkl_path)
     except (ValueError, OSError, pickle.UnpicklingError, EOFError) as exc:
-        raise DataError(f"corpus {uri!r}: cannot read the meta file in {str(folder)!r}: "
+        raise DataError(f"corpus {uri!r}: cannot read the meta file {str(meta_path)!r}: "
                         f"{exc}") from None
     value = meta.get("vocab_size") if isinstance(meta, dict) else None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -354,6 +400,51 @@ def _prepare(uri, cache_dir, digest, make, vocab, *, byte_level, splits=None) ->
                   entropy_rate=meta["entropy_rate"], content_hash=digest)
 
 
+def _resolve(uri: str, vocab_size: int | None) -> tuple[str, object]:
+    """The scheme of ``uri`` and what its source needs, checked without reading the corpus."""
+    scheme, sep, rest = uri.partition(":")
+    if not sep:
+        raise DataError(f"corpus {uri!r}: expected scheme:..., one of "
+                        f"{', '.join(s + ':' for s in SCHEMES)}")
+    if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size < 1):
+        raise DataError(f"corpus {uri!r}: vocab_size={vocab_size!r} must be a positive integer")
+    if scheme == "builtin":
+        name, _, query = rest.partition("?")
+        if name != "python-stdlib":
+            raise DataError(f"corpus {uri!r}: unknown builtin corpus {name!r}; known: "
+                            f"python-stdlib")
+        cap = _parse_params(uri, query, {"max_bytes": int}).get("max_bytes", STDLIB_MAX_BYTES)
+        if cap <= 0:
+            raise DataError(f"corpus {uri!r}: max_bytes={cap} must be positive")
+        return scheme, cap
+    if scheme == "text":
+        if not rest.strip():
+            raise DataError(f"corpus {uri!r}: text: needs a file or folder path")
+        path = Path(rest).expanduser()
+        if not path.exists():
+            raise DataError(f"corpus {uri!r}: path {str(path)!r} does not exist")
+        return scheme, path
+    if scheme == "tokens":
+        return scheme, _token_files(uri, rest, vocab_size)
+    if scheme == "synthetic":
+        return scheme, _synthetic_params(uri, rest)
+    raise DataError(f"corpus {uri!r}: unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+
+
+def check_corpus(uri: str, *, vocab_size: int | None = None) -> None:
+    """Check ``uri`` as far as it can be without reading or preparing the corpus.
+
+    The scheme, its parameters and their ranges, that a ``text:`` path and a ``tokens:`` folder
+    with ``train.bin`` and ``val.bin`` exist (and the folder's vocab size, from ``vocab=``,
+    ``vocab_size`` or its meta file). Takes milliseconds; what needs the content (an empty
+    text corpus, token ids beyond the vocab, a split too short) is found by `load_corpus`.
+
+    Raises:
+        DataError: As `load_corpus`, naming ``uri``.
+    """
+    _resolve(uri, vocab_size)
+
+
 def load_corpus(uri: str, cache_dir: Path | str, *, vocab_size: int | None = None) -> Corpus:
     """Load (preparing on first use) the corpus named by ``uri``.
 
@@ -369,31 +460,14 @@ def load_corpus(uri: str, cache_dir: Path | str, *, vocab_size: int | None = Non
 
     Raises:
         DataError: Unknown scheme, missing path, empty corpus, token id beyond the vocab, bad
-            parameter; the message names ``uri``.
+            parameter, a ``meta.pkl`` that is not plain data; the message names ``uri``.
     """
-    scheme, sep, rest = uri.partition(":")
-    if not sep:
-        raise DataError(f"corpus {uri!r}: expected scheme:..., one of "
-                        f"{', '.join(s + ':' for s in SCHEMES)}")
-    if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size < 1):
-        raise DataError(f"corpus {uri!r}: vocab_size={vocab_size!r} must be a positive integer")
+    scheme, resolved = _resolve(uri, vocab_size)
     cache_dir = Path(cache_dir)
     if scheme == "builtin":
-        name, _, query = rest.partition("?")
-        if name != "python-stdlib":
-            raise DataError(f"corpus {uri!r}: unknown builtin corpus {name!r}; known: "
-                            f"python-stdlib")
-        cap = _parse_params(uri, query, {"max_bytes": int}).get("max_bytes", STDLIB_MAX_BYTES)
-        if cap <= 0:
-            raise DataError(f"corpus {uri!r}: max_bytes={cap} must be positive")
-        return _bytes_source(uri, cache_dir, _read_stdlib(uri, cap), vocab_size)
+        return _bytes_source(uri, cache_dir, _read_stdlib(uri, resolved), vocab_size)
     if scheme == "text":
-        if not rest.strip():
-            raise DataError(f"corpus {uri!r}: text: needs a file or folder path")
-        path = Path(rest).expanduser()
-        return _bytes_source(uri, cache_dir, _read_text(uri, path), vocab_size)
+        return _bytes_source(uri, cache_dir, _read_text(resolved), vocab_size)
     if scheme == "tokens":
-        return _tokens(uri, cache_dir, rest, vocab_size)
-    if scheme == "synthetic":
-        return _synthetic(uri, cache_dir, rest, vocab_size)
-    raise DataError(f"corpus {uri!r}: unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+        return _tokens(uri, cache_dir, *resolved)
+    return _synthetic(uri, cache_dir, *resolved, vocab_size)

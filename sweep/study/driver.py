@@ -24,7 +24,7 @@ from sweep.data import Corpus
 from sweep.executors import get_executor
 from sweep.schema import METRIC_BEST_VAL_LOSS
 from sweep.space import SpaceSummary
-from sweep.spec import StudySpec, parse_spec, spec_hash
+from sweep.spec import StudySpec, spec_hash
 from sweep.study.preflight import PreflightError, preflight
 from sweep.study.progress import ProgressView
 from sweep.study.scaling import layout_notes, run_scaling
@@ -68,40 +68,6 @@ def algorithm_name(spec: StudySpec) -> str:
     if s.executor == "ray":
         return f"{s.sampler}+{s.scheduler}"
     return f"{s.sampler}+{s.pruner}"
-
-
-_PRUNER_TO_SCHEDULER = {"hyperband": "hyperband", "sha": "asha", "median": "median",
-                        "none": "none"}
-
-
-_SCHEDULER_TO_PRUNER = {v: k for k, v in _PRUNER_TO_SCHEDULER.items()}
-
-
-def with_overrides(spec: StudySpec, *, executor: str | None = None,
-                   n_trials: int | None = None) -> StudySpec:
-    """The spec with ``--executor`` / ``--trials`` applied (validated again).
-
-    Switching executors carries the early-stopping rule over: Optuna's ``sha`` pruner is Ray's
-    ``asha`` scheduler, ``hyperband`` and ``median`` keep their names.
-
-    Raises:
-        SpecError: If the override makes the spec invalid (e.g. PBT with the Optuna executor).
-    """
-    if executor is None and n_trials is None:
-        return spec
-    data = spec.to_data()
-    search = data["search"]
-    if executor is not None and executor != spec.search.executor:
-        search["executor"] = executor
-        # The same early-stopping rule under the other executor's name.
-        if executor == "ray":
-            pruner = search.pop("pruner", "none")
-            search["scheduler"] = _PRUNER_TO_SCHEDULER[pruner]
-        elif search.get("scheduler", "none") in _SCHEDULER_TO_PRUNER:
-            search["pruner"] = _SCHEDULER_TO_PRUNER[search.pop("scheduler", "none")]
-    if n_trials is not None:
-        data["search"]["n_trials"] = n_trials
-    return parse_spec(data)
 
 
 def run_study(

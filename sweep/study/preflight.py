@@ -1,54 +1,153 @@
 """What a study needs, checked before it writes anything.
 
-Device, stores, cluster, output folder, a space with configs that can train, and a corpus that fits
-them.
+Two light stages run first, before torch, MLflow or Optuna is loaded, so that bad input is
+refused in well under a second (``bench/reject.py``):
+
+- `check_inputs`: the training device, the tracking URI's scheme, the output folder's path and
+  the corpus URI (scheme, parameters, paths; `sweep.data.check_corpus`), from the spec and the
+  flags alone;
+- `check_space`: that some configs of the space are valid and within the constraints, priced by
+  the cost model (torch is loaded only once a config validates, for its device).
+
+``sweep run`` and ``sweep worker`` call both right after reading the spec; `preflight` calls
+them again (milliseconds), then checks the stores, the cluster and the corpus's content.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import re
 import shutil
+import sys
+import urllib.parse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sweep import space, tracking
-from sweep.data import Corpus, DataError, load_corpus
-from sweep.space import SpaceSummary
-from sweep.spec import StudySpec
-from sweep.train.hardware import pick_device
+from sweep.data import DataError, check_corpus
+from sweep.spec import ChoiceDomain, StudySpec
 
-__all__ = ["PreflightError", "preflight"]
+if TYPE_CHECKING:
+    from sweep.data import Corpus
+    from sweep.space import SpaceSummary
+
+__all__ = ["TRACKING_SCHEMES", "PreflightError", "check_inputs", "check_space", "preflight"]
+
+#: Schemes of an MLflow tracking URI that a study accepts: a tracking server, a database
+#: (``postgresql+psycopg2`` and other drivers included) or a local folder (``file``, or a path
+#: with no scheme).
+TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "file",
+                    "databricks")
 
 
 class PreflightError(ValueError):
     """The study cannot start or could never train a trial; found before anything is written."""
 
 
-def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
-              ray_address: str | None = None,
-              n_samples: int = 64) -> tuple[Corpus, SpaceSummary]:
-    """Check what a study needs before it writes anything, and prepare its corpus.
+def _no_cuda_driver() -> bool:
+    """Whether this machine surely has no CUDA device for torch, found without importing it.
 
-    Checks the training device; that an MLflow server named by the spec answers
-    (`sweep.tracking.check_reachable`); that an RDB ``search.storage`` accepts a connection
-    (`sweep.executors.optuna.check_storage`); for a ``ray`` study, that a Ray cluster
-    address (``ray_address``, else ``RAY_ADDRESS``) answers
-    (`sweep.executors.ray.check_address`); that some configs of the space are valid and
-    within the constraints (its corners and ``n_samples`` random draws priced by the cost model,
-    as ``sweep validate`` does); the output folder; and that the corpus holds one sequence of the
-    shortest ``seq_len`` and fits the largest ``vocab_size`` of the space. If a check fails, a
-    new output folder is removed again.
+    True on macOS (no CUDA builds of torch), and on Linux when neither NVIDIA's driver library
+    (``libcuda.so.1``, which every CUDA build of torch loads) nor ROCm's kernel driver
+    (``/dev/kfd``; ROCm builds answer ``torch.cuda`` too) is present. False where either is,
+    or on other systems: then torch decides.
+    """
+    if sys.platform == "darwin":
+        return True
+    if not sys.platform.startswith("linux") or os.path.exists("/dev/kfd"):
+        return False
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return True
+    return False
 
-    Returns:
-        The prepared corpus (cached under ``<out>/data``) and the priced space, which the
-        executors reuse (the Ray schedulers' budgets).
+
+def _spec_devices(spec: StudySpec) -> list[str]:
+    """The device strings ``train.device`` may take (a fixed value or a choice's options)."""
+    value = spec.train.get("device", "auto")
+    options = value.options if isinstance(value, ChoiceDomain) else [value]
+    return [v for v in options if isinstance(v, str)]
+
+
+def _check_device(source: str, value: str) -> None:
+    if value in ("auto", "cpu"):
+        return
+    cuda = re.fullmatch(r"cuda(:\d+)?", value) is not None
+    if cuda and _no_cuda_driver():
+        raise PreflightError(f"{source}={value!r}: no CUDA device is available on this machine "
+                             "(no NVIDIA or ROCm driver found); use cpu or auto")
+    import torch  # only for a device name that torch must judge
+
+    from sweep.train.hardware import pick_device
+
+    if cuda and not torch.cuda.is_available():
+        raise PreflightError(f"{source}={value!r}: no CUDA device is available on this machine "
+                             "(torch finds none); use cpu or auto")
+    try:
+        pick_device(value)
+    except ValueError as exc:
+        raise PreflightError(f"{source}: {exc}") from None
+
+
+def _check_tracking_uri(spec: StudySpec) -> None:
+    uri = spec.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        return  # the study's own SQLite store
+    source = spec.tracking_uri_source()
+    try:
+        scheme = urllib.parse.urlsplit(uri).scheme.lower()
+    except ValueError as exc:
+        raise PreflightError(f"{source}: not a valid URI ({exc})") from None
+    # A one-letter scheme is a Windows drive (C:\...), which MLflow reads as a folder.
+    if len(scheme) <= 1 or scheme.split("+", 1)[0] in TRACKING_SCHEMES:
+        return
+    raise PreflightError(f"{source}: scheme {scheme!r} is not an MLflow tracking store this "
+                         f"service opens; use one of {', '.join(TRACKING_SCHEMES)}, or a folder "
+                         "path")
+
+
+def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None = None) -> None:
+    """Check what the spec and flags name, without loading torch, MLflow or Optuna.
+
+    The training device (``device``, the ``--device`` flag, else each value ``train.device``
+    may take) exists: a CUDA device on a machine with no CUDA driver is refused at once; only
+    other device names (``cuda`` where a driver is present, ``mps``...) load torch to decide.
+    The tracking URI (``tracking.uri``, else ``MLFLOW_TRACKING_URI``) has a scheme of
+    `TRACKING_SCHEMES`. The output folder ``out`` (when given) is not a file nor the current
+    folder. The corpus URI's scheme, parameters and paths (`sweep.data.check_corpus`).
 
     Raises:
-        PreflightError: Naming the flag, field or file and the rule.
+        PreflightError: Naming the flag or field (``--device``, ``train.device``,
+            ``tracking.uri``, ``MLFLOW_TRACKING_URI``, ``--out``) and the rule.
+        sweep.data.DataError: For the corpus, naming its URI.
     """
-    try:
-        pick_device(device or "auto")
-    except ValueError as exc:
-        raise PreflightError(f"--device: {exc}") from None
+    if device is not None:
+        _check_device("--device", device)
+    else:
+        for value in _spec_devices(spec):
+            _check_device("train.device", value)
+    _check_tracking_uri(spec)
+    if out is not None:
+        if out.exists() and not out.is_dir():
+            raise PreflightError(f"--out {out}: is a file, not a folder")
+        if str(out) in ("", "."):
+            raise PreflightError("--out: give the study its own folder, not the current one")
+    check_corpus(spec.data.uri, vocab_size=spec.data.vocab_size)
+
+
+def check_space(spec: StudySpec, *, device: str | None = None,
+                n_samples: int = 64) -> SpaceSummary:
+    """Price the space's corners and ``n_samples`` random configs (`sweep.space.summarize`).
+
+    Returns:
+        The priced space.
+
+    Raises:
+        PreflightError: When none of them is valid and within the constraints, with examples.
+    """
+    from sweep import space
+
     summary = space.summarize(spec, n_samples=n_samples, device=device)
     if summary.n_ok == 0:
         examples = summary.invalid_examples + summary.infeasible_examples
@@ -56,6 +155,36 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
             f"study {spec.name}: none of {summary.n_configs} sampled configs is valid and "
             "within the constraints, so no trial could train; for example: "
             + "; ".join(examples[:2]))
+    return summary
+
+
+def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
+              ray_address: str | None = None,
+              n_samples: int = 64) -> tuple[Corpus, SpaceSummary]:
+    """Check what a study needs before it writes anything, and prepare its corpus.
+
+    `check_inputs` and `check_space` (``n_samples`` random draws and the corners, as ``sweep
+    validate`` does), then: that an MLflow server named by the spec answers
+    (`sweep.tracking.check_reachable`); that an RDB ``search.storage`` accepts a connection
+    (`sweep.executors.optuna.check_storage`); for a ``ray`` study, that a Ray cluster
+    address (``ray_address``, else ``RAY_ADDRESS``) answers
+    (`sweep.executors.ray.check_address`); and that the corpus holds one sequence of the
+    shortest ``seq_len`` and fits the largest ``vocab_size`` of the space. If a check fails,
+    every folder it created (``out``, and its parents that did not exist) is removed again.
+
+    Returns:
+        The prepared corpus (cached under ``<out>/data``) and the priced space, which the
+        executors reuse (the Ray schedulers' budgets).
+
+    Raises:
+        PreflightError: Naming the flag, field or file and the rule.
+        sweep.data.DataError: The corpus cannot be used, naming its URI.
+    """
+    from sweep import tracking
+    from sweep.data import load_corpus
+
+    check_inputs(spec, out, device=device)
+    summary = check_space(spec, device=device, n_samples=n_samples)
     try:
         tracking.check_reachable(spec.tracking_uri(out), spec.tracking_uri_source())
     except tracking.UnreachableStoreError as exc:
@@ -75,11 +204,8 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
             check_address(ray_address or os.environ.get("RAY_ADDRESS"), source)
         except UnreachableClusterError as exc:
             raise PreflightError(str(exc)) from None
-    if out.exists() and not out.is_dir():
-        raise PreflightError(f"--out {out}: is a file, not a folder")
-    if str(out) in ("", "."):
-        raise PreflightError("--out: give the study its own folder, not the current one")
-    created = not out.exists()
+    # The outermost folder created here (runs/ itself on a first study), removed on failure.
+    created = next((p for p in reversed([out, *out.parents]) if not p.exists()), None)
     try:
         out.mkdir(parents=True, exist_ok=True)
         corpus = load_corpus(spec.data.uri, out / "data", vocab_size=spec.data.vocab_size)
@@ -94,8 +220,8 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
             raise PreflightError(f"model.vocab_size={vocab} is smaller than the vocabulary of "
                                  f"{spec.data.uri!r} ({corpus.vocab_size} token ids)")
     except (OSError, DataError, PreflightError) as exc:
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
         if isinstance(exc, OSError):
             raise PreflightError(f"--out {out}: {exc.strerror or exc}") from None
         raise

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import entropy as scipy_entropy
 
-from sweep.data import VAL_FRACTION, DataError, load_corpus
+from sweep.data import VAL_FRACTION, DataError, check_corpus, load_corpus
 
 
 def test_builtin_stdlib_is_real_python_bytes_and_cached(tmp_path):
@@ -214,3 +214,88 @@ def test_tokens_file_with_an_odd_byte_count_is_an_error(tmp_path):
 def test_markov_alpha_must_be_finite(tmp_path):
     with pytest.raises(DataError, match="alpha=inf must be a finite number"):
         load_corpus("synthetic:markov?alpha=inf&tokens=20000", tmp_path)
+
+
+# --------------------------------------------------------------------- meta.pkl, no code
+class _RunsCode:
+    """Pickles as a call of os.system, which plain pickle.load would make."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_nanogpt_meta_pkl_gives_the_vocab_size(tmp_path):
+    chars = sorted(set("hello world"))
+    meta = {"vocab_size": len(chars), "itos": dict(enumerate(chars)),
+            "stoi": {c: i for i, c in enumerate(chars)}}
+    folder = tmp_path / "shakespeare_char"
+    _write_tokens(folder, [0, 1, 2, 3] * 10, [3, 2, 1] * 10)
+    for protocol in (0, 2, pickle.HIGHEST_PROTOCOL):  # nanoGPT writes the default protocol
+        (folder / "meta.pkl").write_bytes(pickle.dumps(meta, protocol=protocol))
+        assert load_corpus(f"tokens:{folder}", tmp_path / f"c{protocol}").vocab_size == 8
+
+
+@pytest.mark.parametrize("payload", ["reduce", "nested", "class"])
+def test_meta_pkl_that_would_run_code_is_refused_and_runs_none(tmp_path, payload):
+    marker = tmp_path / "pwned"
+    obj = {"reduce": lambda: _RunsCode(marker),
+           "nested": lambda: {"vocab_size": 8, "itos": {0: _RunsCode(marker)}},
+           "class": lambda: {"vocab_size": 8, "cls": DataError}}[payload]()
+    folder = tmp_path / "tok"
+    _write_tokens(folder, [1] * 10, [1] * 10)
+    (folder / "meta.pkl").write_bytes(pickle.dumps(obj))
+    uri = f"tokens:{folder}"
+    with pytest.raises(DataError, match="only plain data") as info:
+        load_corpus(uri, tmp_path / "cache")
+    message = str(info.value)
+    assert str(folder / "meta.pkl") in message and uri in message
+    expected = "sweep.data.corpus.DataError" if payload == "class" else "system"
+    assert expected in message
+    assert not marker.exists()
+    with pytest.raises(DataError, match="only plain data"):
+        check_corpus(uri)
+    assert not marker.exists()
+
+
+def test_the_malicious_pickle_does_run_code_under_plain_pickle(tmp_path):
+    """The payload above is real: plain pickle.loads runs it (so the test can fail)."""
+    marker = tmp_path / "pwned"
+    pickle.loads(pickle.dumps(_RunsCode(marker)))  # noqa: S301
+    assert marker.exists()
+
+
+# ------------------------------------------------------------------ checks without reading
+@pytest.mark.parametrize(("uri", "message"), [
+    ("stdlib", "expected scheme"),
+    ("ftp:somewhere", "unknown scheme"),
+    ("builtin:python-stdlib?max_bytes=0", "max_bytes=0"),
+    ("text:/nonexistent/corpus.txt", "does not exist"),
+    ("tokens:/nonexistent/folder", "does not exist"),
+    ("synthetic:markov?vocab=1", "vocab=1"),
+    ("synthetic:copy?length=0", "length >= 1"),
+    ("synthetic:markov?temperature=2", "unknown parameter"),
+])
+def test_check_corpus_refuses_what_load_corpus_refuses(tmp_path, uri, message):
+    with pytest.raises(DataError, match=message):
+        check_corpus(uri)
+    with pytest.raises(DataError, match=message):
+        load_corpus(uri, tmp_path)
+
+
+def test_check_corpus_reads_no_content_and_writes_nothing(tmp_path):
+    (tmp_path / "c.txt").write_bytes(b"abc" * 100)
+    folder = tmp_path / "tok"
+    _write_tokens(folder, [1, 900] * 10, [1] * 10, meta={"vocab_size": 16})
+    before = sorted(tmp_path.rglob("*"))
+    check_corpus(f"text:{tmp_path / 'c.txt'}")
+    check_corpus("synthetic:markov?vocab=16&tokens=1000000000")  # never generated
+    check_corpus(f"tokens:{folder}")  # id 900 beyond the vocab is load_corpus's to find
+    check_corpus("builtin:python-stdlib")
+    assert sorted(tmp_path.rglob("*")) == before
+    with pytest.raises(DataError, match="beyond vocab_size=16"):
+        load_corpus(f"tokens:{folder}", tmp_path / "cache")

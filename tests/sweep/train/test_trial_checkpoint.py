@@ -100,3 +100,39 @@ def test_checkpoint_of_another_shape_or_garbage(corpus, tmp_path):
         trainer.load_checkpoint(tmp_path / "bad.pt")
     with pytest.raises(CheckpointError, match="does not exist"):
         trainer.load_checkpoint(tmp_path / "missing.pt")
+
+
+class _RunsCode:
+    """Pickles as a call of os.system, which an unrestricted unpickler would make."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("writer", ["torch", "pickle"])
+def test_checkpoint_that_would_run_code_is_refused_and_runs_none(corpus, tmp_path, writer):
+    import pickle
+
+    marker = tmp_path / "pwned"
+    state = {"format": 1, "model": _RunsCode(marker)}
+    path = tmp_path / "evil.pt"
+    if writer == "torch":
+        torch.save(state, path)
+    else:
+        path.write_bytes(pickle.dumps(state))
+    trainer = Trainer(MODEL, TRAIN, corpus, device="cpu")
+    with pytest.raises(CheckpointError) as info:
+        trainer.load_checkpoint(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "weights_only" not in message  # never the advice to load it unrestricted
+    if writer == "torch":
+        assert "is refused" in message and "system" in message
+    assert not marker.exists()
+    pickle.loads(pickle.dumps(_RunsCode(marker)))  # noqa: S301 - the payload is real
+    assert marker.exists()
