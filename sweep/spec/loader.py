@@ -94,7 +94,8 @@ class _SpecLoading:
                 raise _Refused(f"{where}: the YAML tag {shown} is not allowed; a study spec "
                                "holds plain values (mappings, lists, text, numbers, true/false)")
             if depth > MAX_DEPTH:
-                raise _Refused(f"{where}: nested more than {MAX_DEPTH} levels deep")
+                outer = re.sub(r"(\[\d+\])+$", "", path) or "the spec"
+                raise _Refused(f"{outer}: line {line}: nested more than {MAX_DEPTH} levels deep")
             if isinstance(node, yaml.MappingNode):
                 for key, value in reversed(node.value):
                     name = key.value if isinstance(key, yaml.ScalarNode) else "?"
