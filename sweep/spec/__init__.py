@@ -15,10 +15,13 @@ A domain with ``when`` is only sampled while every named field (same section unl
 ``d_head`` sets ``n_heads = d_model / d_head`` and ``d_ff_ratio`` sets
 ``d_ff = round(d_ff_ratio * d_model)``, so the space holds only valid shapes.
 
-Every problem is reported with its dotted path (``search.sampler``, ``model.d_model.float[1]``)
-in one `SpecError`, one line per problem. Modules, imported one way only:
-``fields`` <- ``domains`` <- ``schema`` <- ``rules`` <- ``loader``. The translation of a spec
-into sampler calls lives in `sweep.space`; this package only says what a valid spec is.
+A file over 1 MB is refused unread; YAML aliases, object tags and keys given twice are refused
+with their line; every fixed value, choice and range bound is checked against its field's rule
+(`sweep.spec.fields.FIELD_RULES`). Every problem is reported with its dotted path
+(``search.sampler``, ``model.d_model.float[1]``) in one `SpecError`, one line per problem.
+Modules, imported one way only: ``fields`` <- ``domains`` <- ``schema`` <- ``rules`` <-
+``loader``. The translation of a spec into sampler calls lives in `sweep.space`; this package
+only says what a valid spec is.
 """
 
 from sweep.spec.domains import ChoiceDomain, Domain, FloatDomain, IntDomain, Param, SpecParam

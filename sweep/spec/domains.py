@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -27,6 +28,21 @@ from pydantic import (
 # ----------------------------------------------------------------------------------- domains
 def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _identity(value: Any) -> str:
+    """A choice as JSON, so that 1, 1.0 and true differ and equal lists agree."""
+    try:
+        return json.dumps(value, sort_keys=True, default=repr)
+    except TypeError:  # a mapping with keys of several types cannot be sorted
+        return repr(value)
+
+
+def _two_bounds(value: Any) -> Any:
+    """``[lo, hi]`` as given, or a message saying so (not pydantic's per-item ones)."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ValueError(f"give the range as [lo, hi], two numbers; got {value!r}")
+    return value
 
 
 class _Domain(BaseModel):
@@ -56,6 +72,8 @@ class FloatDomain(_Domain):
     log: bool = False
     step: float | None = Field(default=None, gt=0)
 
+    _pair = field_validator("bounds", mode="before")(_two_bounds)
+
     @model_validator(mode="after")
     def _check(self) -> FloatDomain:
         lo, hi = self.bounds
@@ -76,6 +94,8 @@ class IntDomain(_Domain):
     bounds: tuple[int, int] = Field(alias="int")
     step: int = Field(default=1, ge=1)
     log: bool = False
+
+    _pair = field_validator("bounds", mode="before")(_two_bounds)
 
     @model_validator(mode="after")
     def _check(self) -> IntDomain:
@@ -103,8 +123,12 @@ class ChoiceDomain(_Domain):
     @field_validator("options")
     @classmethod
     def _unique(cls, value: list[Any]) -> list[Any]:
-        seen = [json.dumps(v, sort_keys=True) for v in value]
-        dup = sorted({s for s in seen if seen.count(s) > 1})
+        """Refuse a value listed twice, compared as JSON: 1, 1.0 and true are three choices.
+
+        Linear in the number of choices; lists and mappings (unhashable) compare by content.
+        """
+        counts = Counter(_identity(v) for v in value)
+        dup = sorted(s for s, n in counts.items() if n > 1)
         if dup:
             raise ValueError(f"duplicate choice(s): {', '.join(dup)}")
         return value

@@ -1,8 +1,9 @@
 """Whether a stored study can resume under a changed spec: its search domains compared as types.
 
 Optuna refuses to continue a study whose distributions changed in kind, choices or log scale
-(``optuna.distributions.check_distribution_compatibility``); the same rule is applied here to
-the stored and new specs before anything is written, with a message naming the parameter.
+(``optuna.distributions.check_distribution_compatibility``); the same rule, and a changed step,
+is applied here to the stored and new specs before anything is written, with a message naming
+the parameter.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ def _typed(value: Any) -> Domain | None:
     return parsed if type(parsed) in _KIND else None
 
 
+def _step(domain: FloatDomain | IntDomain) -> str:
+    return "none (continuous)" if domain.step is None else str(domain.step)
+
+
 def _shown(domain: Domain) -> dict[str, Any]:
     return domain.model_dump(by_alias=True, exclude_none=True)
 
@@ -47,9 +52,11 @@ def check_resume_compatible(old_spec: Mapping[str, Any], new_spec: Mapping[str, 
     ``model`` and ``train`` values are parsed into `FloatDomain` / `IntDomain` / `ChoiceDomain`
     (or fixed values) and compared the way Optuna's ``check_distribution_compatibility`` does:
     a domain's kind, a categorical's choices and a float/int domain's ``log`` flag must not
-    change. A scaling study's ``budgets``, ``rule`` and ``ladder`` must not change either
-    (they define the choices of ``scaling.point``). Other differences (ranges, steps, fixed
-    values, added or removed parameters) are allowed and returned as notes.
+    change. Nor may a float/int domain's ``step`` (stricter than Optuna, which would let the
+    earlier trials' values lie off the new grid: ``d_model`` 100 under a new step of 64). A
+    scaling study's ``budgets``, ``rule`` and ``ladder`` must not change either (they define
+    the choices of ``scaling.point``). Other differences (ranges, fixed values, added or
+    removed parameters) are allowed and returned as notes.
 
     Returns:
         Human-readable notes on the allowed differences (empty when the domains agree).
@@ -97,6 +104,12 @@ def check_resume_compatible(old_spec: Mapping[str, Any], new_spec: Mapping[str, 
                 raise ResumeError(
                     f"cannot resume: {name} changed log={a.log} to log={b.log}; start a new "
                     "study instead"
+                )
+            if not isinstance(a, ChoiceDomain) and a.step != b.step:
+                raise ResumeError(
+                    f"cannot resume: {name} changed step {_step(a)} to {_step(b)}, so the "
+                    "earlier trials' values need not lie on the new grid; start a new study "
+                    "instead"
                 )
             if a != b:
                 notes.append(f"{name} domain {_shown(a)} -> {_shown(b)}")

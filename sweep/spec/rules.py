@@ -3,8 +3,9 @@
 Run in stages by `problems` (each stage only when the ones before found nothing, so a message
 never rests on a field that is itself wrong):
 
-1. every ``model``/``train`` key is a known field (or a derived one) and every fixed value or
-   domain has that field's type;
+1. every ``model``/``train`` key is a known field (or a derived one), every fixed value or
+   domain has that field's type, and every fixed value, choice and range bound lies inside the
+   field's rule (`sweep.spec.fields.FIELD_RULES`, checked exactly, not by sampling);
 2. every ``when`` names a fixed or choice field that can take the listed values, without cycles;
 3. the search is coherent (sampler, pruner, scheduler, objectives, storage, PBT) and the shape
    fields can produce a valid model at all.
@@ -29,9 +30,12 @@ from sweep.schema import METRIC_VAL_LOSS
 from sweep.spec.domains import ChoiceDomain, FloatDomain, IntDomain
 from sweep.spec.fields import (
     DERIVED_MODEL_KEYS,
+    FIELD_RULES,
+    MAX_TOKENS,
     PBT_MUTABLE,
     RDB_SCHEMES,
     SHAPE_FIELDS,
+    show_number,
 )
 from sweep.spec.schema import PBTSpec, StudySpec, ordered, resolve_ref
 from sweep.train.config import BUDGET_FIELDS as _BUDGET_FIELDS
@@ -172,6 +176,39 @@ def _check_value(path: str, name: str, annotation: Any, param: Any) -> Iterator[
             yield f"{sub}: {problem}"
 
 
+def _check_rule(path: str, param: Any, field: str | None = None) -> Iterator[str]:
+    """Where a fixed value, a choice or a range bound at ``path`` breaks the rule of ``field``.
+
+    ``field`` (a dotted ``model.``/``train.`` path) defaults to ``path``. Exact, not sampled: a
+    range lies inside a rule when both its bounds do, as every rule is an interval. The first
+    break is reported.
+    """
+    field = field or path
+    rule = FIELD_RULES.get(field)
+    if rule is None:
+        return
+    if isinstance(param, (FloatDomain, IntDomain)):
+        named = list(zip(("lower bound", "upper bound"), param.bounds, strict=True))
+    elif isinstance(param, ChoiceDomain):
+        named = [("choice", v) for v in param.options]
+    else:
+        named = [("value", param)]
+    for label, value in named:
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if _is_num(v) and not rule.admits(v):
+                yield f"{path}: {label} {show_number(v)} is outside the rule {rule}"
+                return
+        if field in _TOKEN_LIMITED and _is_num(value) and value > MAX_TOKENS:
+            yield (f"{path}: {label} {show_number(value)} is above the limit of "
+                   f"{show_number(MAX_TOKENS)} tokens a trial may train on"
+                   f"{_TOKEN_LIMITED[field]}")
+            return
+
+
+#: The budget fields `MAX_TOKENS` bounds, with why it bounds each.
+_TOKEN_LIMITED = {"train.tokens": "", "train.steps": " (each step trains at least one token)"}
+
+
 def _check_fields(spec: StudySpec) -> Iterator[str]:
     for section in ("model", "train"):
         known = _known_fields(section)
@@ -180,7 +217,8 @@ def _check_fields(spec: StudySpec) -> Iterator[str]:
             if name not in known:
                 yield _unknown_key(path, name, known)
                 continue
-            yield from _check_value(path, name, known[name], param)
+            found = list(_check_value(path, name, known[name], param))
+            yield from found or _check_rule(path, param)
     model = spec.model
     if "preset" in model:
         if not isinstance(model["preset"], str):
@@ -190,11 +228,6 @@ def _check_fields(spec: StudySpec) -> Iterator[str]:
     for derived, base in (("d_head", "n_heads"), ("d_ff_ratio", "d_ff")):
         if derived in model and base in model:
             yield f"model.{derived}: give {derived} or {base}, not both"
-    for name, lo_ok in (("d_head", 1), ("d_ff_ratio", 0)):
-        for v in _candidates(model.get(name, 1)):
-            if _is_num(v) and (v < lo_ok or (lo_ok == 0 and v <= 0)):
-                yield f"model.{name}: {v} must be > 0" if lo_ok == 0 else \
-                    f"model.{name}: {v} must be >= 1"
     budgets = [k for k in _BUDGET_FIELDS if k in spec.train]
     if spec.scaling is not None:
         yield from _check_scaling(spec, budgets)
@@ -347,7 +380,25 @@ def _check_search(spec: StudySpec) -> list[str]:
         if scheme not in RDB_SCHEMES:
             problems.append(f"search.storage: {s.storage.split('://', 1)[0]}://... is neither a "
                             f"journal file path nor an RDB URL ({', '.join(RDB_SCHEMES)})")
+        elif s.parallel > 1 and _is_memory_sqlite(s.storage):
+            problems.append(f"search.storage: {s.storage} is an in-memory database, which each of "
+                            f"the search.parallel={s.parallel} worker processes would hold on "
+                            "its own (none would see the others' trials); give a file, "
+                            "sqlite:///path/optuna.db, or search.parallel: 1")
     return problems
+
+
+def _is_memory_sqlite(url: str) -> bool:
+    """Whether an SQLAlchemy URL names an in-memory SQLite database.
+
+    ``sqlite://``, ``sqlite:///`` and ``sqlite:///:memory:`` (any driver, ``sqlite+pysqlite``),
+    and a ``file:`` URI with ``mode=memory``.
+    """
+    scheme, _, rest = url.partition("://")
+    if scheme.split("+", 1)[0] != "sqlite":
+        return False
+    database, _, query = rest.removeprefix("/").partition("?")
+    return database in ("", ":memory:") or "mode=memory" in query
 
 
 def _check_pbt(spec: StudySpec, pbt: PBTSpec) -> list[str]:
@@ -369,8 +420,9 @@ def _check_pbt(spec: StudySpec, pbt: PBTSpec) -> list[str]:
         elif param.when:
             problems.append(f"{path}.when: conditions are not supported in mutations")
         else:
-            problems += list(_check_value(path, bare, _known_fields(PBT_MUTABLE[bare])[bare],
-                                          param))
+            section = PBT_MUTABLE[bare]
+            found = list(_check_value(path, bare, _known_fields(section)[bare], param))
+            problems += found or list(_check_rule(path, param, f"{section}.{bare}"))
     for param in spec.searched():
         if param.name in SHAPE_FIELDS:
             problems.append(f"{param.path}: a PBT population shares one shape (a member that "

@@ -7,6 +7,7 @@ which `sweep.spec.loader.parse_spec` runs after these models validate.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -333,6 +334,10 @@ class ScalingSpec(_Section):
         return self
 
 
+#: A study name: no path separators, spaces or leading dot, as it names a folder.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
 class StudySpec(BaseModel):
     """A validated study spec. Construct with `load_spec` / `parse_spec`.
 
@@ -343,7 +348,7 @@ class StudySpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
+    name: str = Field(max_length=100)
     description: str = ""
     data: DataSpec
     model: dict[str, Param] = Field(default_factory=dict)
@@ -353,6 +358,15 @@ class StudySpec(BaseModel):
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     scaling: ScalingSpec | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError(f"{value!r}: a study name starts with a letter or digit and holds "
+                             "only letters, digits, '_', '.' and '-' (it names the study's "
+                             "folder and MLflow experiment)")
+        return value
 
     @model_validator(mode="after")
     def _scaling_defaults(self) -> StudySpec:

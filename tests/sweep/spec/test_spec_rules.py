@@ -5,7 +5,7 @@ import copy
 import pytest
 import yaml
 
-from sweep.spec import SpecError, load_spec, parse_spec, spec_hash
+from sweep.spec import ChoiceDomain, SpecError, load_spec, parse_spec, spec_hash
 
 BASE = {
     "name": "t",
@@ -89,7 +89,7 @@ def test_base_spec_is_valid_with_defaults():
         ({"constraints": {"max_gpus": 1}}, "constraints.max_gpus", "unknown key"),
         ({"resources": {"gpus_per_trial": 1.5}}, "resources.gpus_per_trial", "whole number"),
         ({"data": "s3://bucket"}, "data.uri", "scheme one of"),
-        ({"name": "bad name!"}, "name", "pattern"),
+        ({"name": "bad name!"}, "name", "starts with a letter or digit and holds only"),
         ({"extra_section": 1}, "extra_section", "unknown key"),
         ({"model": {"attn_sparsity": {"float": [0.3, 0.6]}}}, "model.attn_sparsity",
          "add when"),
@@ -98,6 +98,29 @@ def test_base_spec_is_valid_with_defaults():
         ({"model": {"attn_sparsity": {"float": [0.3, 0.6],
                                       "when": {"attn_pattern": ["sparse"]}}}},
          "model.attn_sparsity.when.attn_pattern", "'sparse' is never taken"),
+        ({"train": {"lr": {"float": []}}}, "train.lr.float",
+         "give the range as [lo, hi], two numbers; got []"),
+        ({"model": {"d_model": {"int": 64}}}, "model.d_model.int", "got 64"),
+        ({"model": {"d_model": {"int": [32, 64, 96]}}}, "model.d_model.int", "got [32, 64, 96]"),
+        ({"model": {"d_model": {"int": [32, 64], "stp": 32}}}, "model.d_model.stp",
+         "unknown key (did you mean 'step'?); known: int, log, step, when"),
+        ({"serach": {"sampler": "tpe"}}, "serach", "unknown key (did you mean 'search'?)"),
+        ({"search": {"samplr": "tpe"}}, "search.samplr", "did you mean 'sampler'?"),
+        ({"search": {"pbt": {"perturbation_interval": 10, "hyperparam_mutations": {"lr": 1},
+                             "quantile": 0.2}}}, "search.pbt.quantile",
+         "did you mean 'quantile_fraction'?"),
+        ({"search": {"n_trials": 0}}, "search.n_trials", "got 0"),
+        ({"search": {"sampler": "bayes"}}, "search.sampler", "got 'bayes'"),
+        ({"search": 5}, "search", "expected a mapping of keys, got 5"),
+        ({"train": ["tokens", 1]}, "train", "expected a mapping of keys, got a list"),
+        ({"search": {"objectives": "val_loss"}}, "search.objectives",
+         "expected a list, got 'val_loss'"),
+        ({"name": "runs/../x"}, "name", "'runs/../x': a study name"),
+        ({"name": ".hidden"}, "name", "starts with a letter or digit"),
+        ({"model": {"dropout": {"choice": [[1, 2], [1, 2]]}}}, "model.dropout.choice",
+         "duplicate choice(s): [1, 2]"),
+        ({"model": {"dropout": {"choice": [{"a": 1, "b": 2}, {"b": 2, "a": 1}]}}},
+         "model.dropout.choice", 'duplicate choice(s): {"a": 1, "b": 2}'),
     ],
 )
 def test_bad_spec_names_path_and_rule(sections, path, rule):
@@ -228,3 +251,25 @@ def test_spec_that_is_not_utf8_is_a_spec_error(tmp_path):
     path.write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(SpecError, match="not UTF-8"):
         load_spec(path)
+
+
+def test_each_problem_is_one_line_naming_its_field():
+    data = spec_with()
+    del data["data"]
+    assert problems(data).splitlines()[1:] == ["  data: required, but not given"]
+    message = problems(spec_with(search={"n_trials": 0, "seed": "x", "sampler": 3}))
+    lines = message.splitlines()[1:]
+    assert [ln.split(":")[0].strip() for ln in lines] == \
+        ["search.sampler", "search.n_trials", "search.seed"], message
+    assert all(", got " in ln and "https://" not in ln for ln in lines), message
+
+
+def test_choices_differ_by_json_type_as_before():
+    # 1, 1.0 and true are three choices; equal lists are one (compared by content).
+    options = [1, 1.0, True, "1", [1], None, {"a": 1}]
+    assert ChoiceDomain(choice=options).options == options
+    assert "duplicate choice(s): 1" in problems(spec_with(train={"seed": {"choice": [1, 2, 1]}}))
+    many = list(range(60_000))
+    assert parse_spec(spec_with(train={"seed": {"choice": many}})).train["seed"].options == many
+    assert "duplicate choice(s): 7, 9" in problems(
+        spec_with(train={"seed": {"choice": [*many, 9, 7]}}))
