@@ -31,6 +31,8 @@ def device_memory_bytes(device: str = "auto") -> int:
     Raises:
         ValueError: For an unknown or unavailable device.
     """
+    if _surely_cpu(device):
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     from sweep.train.hardware import pick_device
 
     dev = pick_device(device)
@@ -61,12 +63,24 @@ def training_cost(model_cfg: ModelConfig, train_cfg: TrainConfig, device: str) -
         ValueError: An unknown or unavailable device.
     """
     from models.cost import estimate
-    from sweep.train.hardware import autocast_dtype, pick_device
 
-    dev = pick_device(device)
-    dtype = "bf16" if autocast_dtype(train_cfg.precision, dev) is not None else "fp32"
+    if _surely_cpu(device):  # no torch needed: autocast is bf16 on CPU only when asked for
+        kind, dtype = "cpu", "bf16" if train_cfg.precision == "bf16" else "fp32"
+    else:
+        from sweep.train.hardware import autocast_dtype, pick_device
+
+        dev = pick_device(device)
+        kind = dev.type
+        dtype = "bf16" if autocast_dtype(train_cfg.precision, dev) is not None else "fp32"
     return estimate(model_cfg, batch_size=train_cfg.batch_size, seq_len=model_cfg.seq_len,
-                    dtype=dtype, device=dev.type)
+                    dtype=dtype, device=kind)
+
+
+def _surely_cpu(device: str | None) -> bool:
+    """``cpu``, or ``auto`` on a machine without a CUDA driver: decided without torch."""
+    from sweep.train.cuda_probe import no_cuda_driver
+
+    return device == "cpu" or (device in (None, "auto") and no_cuda_driver())
 
 
 def constraint_values(spec: StudySpec, cost: Any, *, memory_limit_bytes: float) -> list[float]:

@@ -15,17 +15,16 @@ them again (milliseconds), then checks the stores, the cluster and the corpus's 
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import shutil
-import sys
 import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweep.data import DataError, check_corpus
 from sweep.spec import ChoiceDomain, StudySpec
+from sweep.train.cuda_probe import no_cuda_driver
 
 if TYPE_CHECKING:
     from sweep.data import Corpus
@@ -44,25 +43,6 @@ class PreflightError(ValueError):
     """The study cannot start or could never train a trial; found before anything is written."""
 
 
-def _no_cuda_driver() -> bool:
-    """Whether this machine surely has no CUDA device for torch, found without importing it.
-
-    True on macOS (no CUDA builds of torch), and on Linux when neither NVIDIA's driver library
-    (``libcuda.so.1``, which every CUDA build of torch loads) nor ROCm's kernel driver
-    (``/dev/kfd``; ROCm builds answer ``torch.cuda`` too) is present. False where either is,
-    or on other systems: then torch decides.
-    """
-    if sys.platform == "darwin":
-        return True
-    if not sys.platform.startswith("linux") or os.path.exists("/dev/kfd"):
-        return False
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return True
-    return False
-
-
 def _spec_devices(spec: StudySpec) -> list[str]:
     """The device strings ``train.device`` may take (a fixed value or a choice's options)."""
     value = spec.train.get("device", "auto")
@@ -74,7 +54,7 @@ def _check_device(source: str, value: str) -> None:
     if value in ("auto", "cpu"):
         return
     cuda = re.fullmatch(r"cuda(:\d+)?", value) is not None
-    if cuda and _no_cuda_driver():
+    if cuda and no_cuda_driver():
         raise PreflightError(f"{source}={value!r}: no CUDA device is available on this machine "
                              "(no NVIDIA or ROCm driver found); use cpu or auto")
     import torch  # only for a device name that torch must judge
