@@ -105,6 +105,9 @@ class TrialState(str, enum.Enum):
     DIVERGED = "DIVERGED"
     FAILED = "FAILED"
     INFEASIBLE = "INFEASIBLE"
+    #: Stopped by something outside the trial (its process killed, Ctrl-C, SIGTERM, a store or
+    #: disk that failed): it does not count toward ``n_trials`` and is retried on resume.
+    INTERRUPTED = "INTERRUPTED"
 
     def __str__(self) -> str:
         return self.value
@@ -113,6 +116,11 @@ class TrialState(str, enum.Enum):
     def is_final(self) -> bool:
         """Whether the trial has ended (every state but ``RUNNING``)."""
         return self is not TrialState.RUNNING
+
+    @property
+    def finished(self) -> bool:
+        """Whether the trial counts toward ``n_trials`` (ended, and not ``INTERRUPTED``)."""
+        return self.is_final and self is not TrialState.INTERRUPTED
 
     @property
     def trained(self) -> bool:
@@ -140,6 +148,7 @@ _RUN_STATUS = {
     TrialState.COMPLETE: "FINISHED",
     TrialState.PRUNED: "KILLED",
     TrialState.INFEASIBLE: "KILLED",
+    TrialState.INTERRUPTED: "KILLED",
     TrialState.DIVERGED: "FAILED",
     TrialState.FAILED: "FAILED",
 }

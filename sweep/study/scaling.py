@@ -104,7 +104,7 @@ def run_scaling(executor: Any, ctx: StudyContext, view: Any, *, address: str | N
             if len(lay.points) < 3:
                 say(f"  warning: C={budget:.3g} has {len(lay.points)} sizes after re-centring; "
                     "its IsoFLOP curve cannot be fitted")
-        done = {str(t["params"].get(grid.SCALING_POINT)) for t in held if t["state"].is_final}
+        done = {str(t["params"].get(grid.SCALING_POINT)) for t in held if t["state"].finished}
         todo = [p for p in lay.points if p.label not in done]
         if todo:
             points = tuple({grid.SCALING_POINT: p.label} for p in todo)

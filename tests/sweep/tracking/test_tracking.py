@@ -186,7 +186,7 @@ def test_parent_run_has_tags_metrics_and_artifacts(fake):
     assert metrics[schema.METRIC_BEST_VAL_LOSS] == 2.1
     state = schema.TrialState
     expected = {state.COMPLETE: 2, state.PRUNED: 1, state.FAILED: 1, state.INFEASIBLE: 1,
-                state.DIVERGED: 1, state.RUNNING: 0}
+                state.DIVERGED: 1, state.RUNNING: 0, state.INTERRUPTED: 0}
     assert {s: metrics[schema.count_metric(s)] for s in schema.TrialState} == expected
     assert tags[schema.TAG_BEST_TRIAL] == "1"
     assert tags[schema.TAG_BEST_RUN_ID] == fake["children"][1].info.run_id
