@@ -141,8 +141,10 @@ def fit_envelope(run_id, n_params, flops, loss, *, tokens=None, budgets=None,
             per model size, to keep a size's runs together); each group must hold whole runs.
 
     Returns:
-        The `EnvelopeFit`; a resample whose envelope has fewer than 2 usable budgets or one
-        size gives nan draws (counted in ``settings["bootstrap_failed"]``).
+        The `EnvelopeFit` (not ``converged`` when a power law is near-vertical, so its
+        prefactor overflows); a resample whose envelope has fewer than 2 usable budgets or one
+        size, or whose power laws overflow, gives nan draws (counted in
+        ``settings["bootstrap_failed"]``: ``too_few_budgets``, ``degenerate``).
 
     Raises:
         FitError: Shapes that differ, non-positive N, FLOPs or tokens, a run with several N,
@@ -197,8 +199,9 @@ def fit_envelope(run_id, n_params, flops, loss, *, tokens=None, budgets=None,
                 "runs": int(run_ids.size), "tokens": "given" if tok is not None else "C / (6N)",
                 "interpolation": "linear in log C", "dropped": len(dropped),
                 "n_bootstrap": n_bootstrap, "seed": seed}
+    finite = all(math.isfinite(v) for v in params.values())
     fit = EnvelopeFit(params=params, residuals=residuals,
-                      objective=float(np.sum(residuals**2)), converged=True,
+                      objective=float(np.sum(residuals**2)), converged=finite,
                       n_points=int(n.size), envelope=envelope, settings=settings, level=level,
                       dropped=dropped)
     if not n_bootstrap:
@@ -234,13 +237,15 @@ def _power_laws(budgets, n_opt, d_opt, loss):
     a, log_kn, _, _, residuals = fit_loglog_line(log_c, np.log(n_opt))
     b, log_kd, *_ = fit_loglog_line(log_c, np.log(d_opt))
     slope, log_kl, *_ = fit_loglog_line(log_c, np.log(loss))
-    return ({"a": float(a), "k_n": math.exp(log_kn), "b": float(b), "k_d": math.exp(log_kd),
-             "alpha_c": float(-slope), "k_l": math.exp(log_kl)}, residuals)
+    with np.errstate(over="ignore"):  # a near-vertical line overflows: inf, flagged by callers
+        k_n, k_d, k_l = (float(np.exp(v)) for v in (log_kn, log_kd, log_kl))
+    return ({"a": float(a), "k_n": k_n, "b": float(b), "k_d": k_d,
+             "alpha_c": float(-slope), "k_l": k_l}, residuals)
 
 
 def _bootstrap(counts, table, tok_table, sizes, budgets, use_tokens):
     out = np.full((counts.shape[0], len(_LAW_NAMES)), np.nan)
-    failed = 0
+    failed = degenerate = 0
     for i, times in enumerate(counts):
         drawn = times > 0
         _, n_opt, d_opt, env_loss, _, edge, _ = _envelope(table[drawn], tok_table[drawn],
@@ -250,5 +255,10 @@ def _bootstrap(counts, table, tok_table, sizes, budgets, use_tokens):
             failed += 1
             continue
         p, _ = _power_laws(budgets[use], n_opt[use], d_opt[use], env_loss[use])
-        out[i] = tuple(p[k] for k in _LAW_NAMES)
-    return {name: out[:, k] for k, name in enumerate(_LAW_NAMES)}, {"too_few_budgets": failed}
+        values = tuple(p[k] for k in _LAW_NAMES)
+        if not all(math.isfinite(v) for v in values):
+            degenerate += 1
+            continue
+        out[i] = values
+    return ({name: out[:, k] for k, name in enumerate(_LAW_NAMES)},
+            {"too_few_budgets": failed, "degenerate": degenerate})

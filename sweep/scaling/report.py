@@ -151,6 +151,11 @@ def _fit_envelope(inputs: FitInputs) -> FitResult:
         raise FitError("needs the trials' training curves (their val_loss at every "
                        "evaluation), which a study has and a --csv table does not")
     c = inputs.curves
+    stable = c.attrs.get("excluded", {}).get("wsd stable phase", 0)
+    if stable and c.groupby("run_id").size().max() < 2:
+        raise FitError(f"needs training curves, and a warmup-stable-decay study's runs are "
+                       f"points only at their cooled-down ends ({stable} stable-phase "
+                       "evaluations left out); use approaches 2, 3 or vpnls")
     n = _column(c, METRIC_N_PARAMS)
     # Runs as integer codes: `fit_envelope` labels its points with numpy scalars' ``item()``.
     runs, _ = pd.factorize(c["run_id"])

@@ -200,7 +200,10 @@ def load_curves(study_or_store: str | Path, *, tracking_uri: str | None = None,
     Hoffmann et al. 2022, section 3.1 (approach 1) take, at each FLOP count, the lowest loss
     over all training curves. A pruned trial's curve is as valid as a complete one's up to
     where it stopped, so both are kept by default; diverged trials are not (their curve ends
-    in instability).
+    in instability). A warmup-stable-decay run (``train.schedule: wsd``) is a point of the
+    envelope only where it has cooled down, at its end (Hagele et al. 2024: its stable-phase
+    losses lie above a run decayed there), so only a complete WSD trial's final evaluation is
+    kept (the others counted as ``wsd stable phase`` in ``excluded``).
 
     Args:
         study_or_store: As `load_runs`.
@@ -242,9 +245,16 @@ def _curves(trials: list[dict], attrs: dict, count_metric: str, n_params: str,
     for trial in kept:
         n = _number(trial["metrics"].get(count_metric))
         per_token = _number(trial["metrics"].get(METRIC_FLOPS_PER_TOKEN_TRAIN))
+        curve = histories[trial["run_id"]]
+        if trial["params"].get("train.schedule") == "wsd":
+            end = trial["metrics"].get(METRIC_TOKENS) if trial["state"] is TrialState.COMPLETE \
+                else None
+            cooled = [(tokens, loss) for tokens, loss in curve if tokens == end]
+            excluded["wsd stable phase"] += len(curve) - len(cooled)
+            curve = cooled
         rows += [{"run_id": trial["run_id"], "trial": trial["trial"], METRIC_N_PARAMS: n,
                   METRIC_TOKENS: tokens, "flops": tokens * per_token, METRIC_VAL_LOSS: loss}
-                 for tokens, loss in histories[trial["run_id"]]]
+                 for tokens, loss in curve]
     columns = ["run_id", "trial", METRIC_N_PARAMS, METRIC_TOKENS, "flops", METRIC_VAL_LOSS]
     frame = pd.DataFrame(rows, columns=columns)
     frame = frame.sort_values(["trial", METRIC_TOKENS], kind="stable")

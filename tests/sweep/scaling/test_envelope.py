@@ -126,3 +126,13 @@ def test_run_ids_may_be_strings_as_mlflow_gives_them():
     loss = 1.69 + 406.4 / n**0.34 + 410.7 / d**0.28
     out = fit_envelope(run, n, 6 * n * d, loss, tokens=d, n_budgets=40)
     assert all(isinstance(p.run, str) and p.run.startswith("run-") for p in out.envelope)
+
+
+def test_a_near_vertical_power_law_is_flagged_not_raised():
+    """Two envelope budgets 1e-12 apart in log C: the prefactor overflows to inf, no exception."""
+    from sweep.scaling.envelope import _power_laws
+
+    budgets = np.array([1e11, 1e11 * (1 + 1e-12)])
+    params, _ = _power_laws(budgets, np.array([1e4, 2e4]), np.array([1e6, 5e5]),
+                            np.array([2.0, 1.9]))
+    assert params["a"] > 1e9 and math.isinf(params["k_d"]) and params["k_n"] == 0.0

@@ -163,3 +163,19 @@ def test_ray_executor_shares_the_same_trunks(study, tmp_path):
             t["metrics"][METRIC_FINAL_VAL_LOSS], rel=1e-4)
     assert sum(1 for r in on_ray.values() if r["branch_from"]) == sum(
         1 for r in grid.grid_rows(spec, grid.layout(spec)) if r[METRIC_BRANCH_TOKENS])
+
+
+def test_approach_1_keeps_only_cooled_down_ends_and_says_why_it_cannot_fit(study):
+    from sweep.scaling import load_curves
+    from sweep.scaling.report import analyze
+    from sweep.scaling.runs import load_runs
+
+    _, out, _, trials = study
+    curves = load_curves(out)
+    assert curves.groupby("run_id").size().max() == 1  # the final, cooled-down evaluation
+    finals = {t["run_id"]: t["metrics"][METRIC_FINAL_VAL_LOSS] for t in trials}
+    assert {r: v for r, v in zip(curves["run_id"], curves["val_loss"], strict=True)} == finals
+    assert curves.attrs["excluded"]["wsd stable phase"] > 0
+    report = analyze(load_runs(out), approaches=["1"], curves=curves)
+    assert "stable-phase evaluations left out); use approaches 2, 3 or vpnls" in \
+        report.results["1"].error
