@@ -30,8 +30,11 @@ from typing import Any
 
 __all__ = [
     "ATTR_BEST_VAL_LOSS",
+    "ATTR_HEARTBEAT",
+    "ATTR_OWNER",
     "ATTR_PROGRESS",
     "ATTR_REASON",
+    "ATTR_RETRY_OF",
     "ATTR_RUN_ID",
     "ATTR_STATE",
     "BEST_CONFIG_ARTIFACT",
@@ -59,6 +62,7 @@ __all__ = [
     "METRIC_TOKENS_PER_S",
     "METRIC_TRAIN_FLOPS",
     "METRIC_TRAIN_LOSS",
+    "METRIC_TRIALS_RETRIED",
     "METRIC_VAL_BPB",
     "METRIC_VAL_LOSS",
     "METRIC_WALL_S",
@@ -72,7 +76,10 @@ __all__ = [
     "TAG_BRANCH_NOTE",
     "TAG_EXECUTOR",
     "TAG_FAIL_REASON",
+    "TAG_HEARTBEAT",
     "TAG_KIND",
+    "TAG_OWNER",
+    "TAG_RETRY_OF",
     "TAG_SPEC_HASH",
     "TAG_STATE",
     "TAG_TRIAL_NUMBER",
@@ -165,6 +172,11 @@ TAG_ALGORITHM = "sweep.algorithm"
 TAG_TRUNCATED = "sweep.truncated_params"
 TAG_BEST_TRIAL = "sweep.best_trial_number"
 TAG_BEST_RUN_ID = "sweep.best_run_id"
+#: Crash recovery (`sweep.study.resume`): the process running a trial (`sweep.tracking.owner`),
+#: its last heartbeat (Unix seconds), and on a retried trial the number of the one it retries.
+TAG_OWNER = "sweep.owner"
+TAG_HEARTBEAT = "sweep.heartbeat"
+TAG_RETRY_OF = "sweep.retry_of"
 #: WSD branches (``scaling.branches``): the run whose stable-phase trunk a trial continued, and
 #: why a trunk was not used or not saved.
 TAG_BRANCH_FROM = "sweep.branch_from"
@@ -194,6 +206,8 @@ METRIC_N_TOKENS = "n_tokens"
 METRIC_TOKENS_PER_PARAM = "tokens_per_param"
 #: WSD branches: training tokens a trial took from an earlier trial's stable-phase trunk.
 METRIC_BRANCH_TOKENS = "branch_tokens"
+#: The parent run: how many trials were retried after an interruption.
+METRIC_TRIALS_RETRIED = "trials_retried"
 #: Cost-model metrics of every trial, logged at step 0 (`cost_metrics`).
 COST_METRICS = (
     METRIC_N_PARAMS,
@@ -220,6 +234,9 @@ SCALING_GRID_ARTIFACT = "scaling_grid.csv"
 # ------------------------------------------------------- executor attributes and config keys
 #: Optuna user attributes and Ray Tune report keys (one spelling for both executors).
 ATTR_STATE = "sweep_state"
+ATTR_OWNER = "sweep_owner"
+ATTR_HEARTBEAT = "sweep_heartbeat"
+ATTR_RETRY_OF = "sweep_retry_of"
 ATTR_RUN_ID = "sweep_run_id"
 ATTR_REASON = "sweep_reason"
 ATTR_BEST_VAL_LOSS = "sweep_best_val_loss"

@@ -35,6 +35,15 @@ def bad_input(message: str) -> NoReturn:
     raise typer.Exit(code=2)
 
 
+def stopped(message: str, code: int) -> NoReturn:
+    """Print why a study stopped early (one line, no traceback) and exit with ``code``."""
+    from rich.markup import escape
+
+    err_console.print(f"[bold yellow]stopped:[/] {escape(message)}", highlight=False,
+                      soft_wrap=True)
+    raise typer.Exit(code=code)
+
+
 def parse_sets(pairs: list[str] | None) -> dict[str, object]:
     """Parse ``--set key=value`` flags; values are YAML scalars (ints, floats, bools, lists).
 

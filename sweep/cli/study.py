@@ -211,7 +211,9 @@ def run(
 ) -> None:
     """Run a study: search its space, train each trial, track everything in MLflow.
 
-    Exits 0 when at least one trial completed, 1 when none did, 2 for bad input.
+    Exits 0 when at least one trial completed, 1 when none did, 2 for bad input, 130 or 143
+    when Ctrl-C or SIGTERM stopped it, 3 when it stopped for another cause outside its trials
+    (workers that kept dying); a rerun of the same command resumes it.
     """
     spec = _load_study_spec(spec_path, executor, trials)
     if address and spec.search.executor != "ray":
@@ -222,6 +224,7 @@ def run(
     # and the flags can tell.
     from sweep.data import DataError
     from sweep.study import PreflightError, run_study
+    from sweep.study.resume import StudyInterrupted
     from sweep.tracking import ResumeError
 
     try:
@@ -229,6 +232,8 @@ def run(
                             device=device, console=common.console)
     except (DataError, ResumeError, PreflightError) as exc:
         bad_input(str(exc))
+    except StudyInterrupted as exc:
+        common.stopped(str(exc), exc.exit_code)
     counts = {k.lower(): v for k, v in summary.counts.items() if v}
     if as_json:
         print(json.dumps({

@@ -81,7 +81,12 @@ Scheduler = Literal["asha", "hyperband", "median", "pbt", "none"]
 
 
 class SearchSpec(_Section):
-    """``search``: executor, algorithm, trial count and storage."""
+    """``search``: executor, algorithm, trial count and storage.
+
+    ``retry_interrupted``: queue a trial interrupted from outside (its process killed, Ctrl-C,
+    a store that failed) again with the same parameters when the study resumes
+    (`sweep.study.resume`); interrupted trials never count toward ``n_trials``.
+    """
 
     executor: Literal["optuna", "ray"] = "optuna"
     sampler: Sampler | None = None
@@ -96,6 +101,7 @@ class SearchSpec(_Section):
     storage: str | None = None
     seed: int = 0
     timeout_s: float | None = Field(default=None, gt=0)
+    retry_interrupted: bool = True
     n_startup_trials: int | None = Field(default=None, ge=0)
     population_size: int | None = Field(default=None, ge=2)
     pbt: PBTSpec | None = None

@@ -27,6 +27,7 @@ from sweep.space import SpaceSummary
 from sweep.spec import StudySpec, spec_hash
 from sweep.study.preflight import PreflightError, preflight
 from sweep.study.progress import ProgressView
+from sweep.study.resume import Reconciled, StudyInterrupted, interrupt_signals, reconcile
 from sweep.study.scaling import layout_notes, run_scaling
 from sweep.study.summary import finish_study
 from sweep.study.trial import StudyContext
@@ -156,6 +157,27 @@ def _ray_connection(address: str | None):
             ray.shutdown()
 
 
+def _say_reconciled(done: Reconciled, say: Any) -> None:
+    if done.interrupted:
+        retried = f", {len(done.retried)} queued again" if done.retried else ""
+        say(f"resuming: trial(s) {', '.join(map(str, done.interrupted))} of a process that is "
+            f"gone marked INTERRUPTED{retried}")
+
+
+def _reconcile_after_stop(executor: Any, ctx: StudyContext) -> None:
+    """After an interrupt, end whatever a killed worker left RUNNING.
+
+    No retries are queued yet: the next resume queues them.
+    """
+    try:
+        if hasattr(executor, "reconcile"):
+            executor.reconcile(ctx, retry=False)
+        else:
+            reconcile(ctx, retry=False)
+    except Exception:  # noqa: BLE001 (a store that is down: the next resume reconciles)
+        pass
+
+
 def _printer(console: Any):
     if console is None:
         from rich.console import Console
@@ -185,16 +207,36 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
         total, notes = spec.search.n_trials, []
         if prior is not None:  # the progress total (re-centring may change it a little)
             total = sum(len(b.points) for b in prior)
-        with ProgressView(spec.name, total, quiet=quiet, console=console) as view:
-            if spec.scaling is None:
-                study = executor.run(ctx, total, view, address=ray_address)
-            else:
-                say = None if quiet else _printer(console)
-                study, layouts = run_scaling(executor, ctx, view, address=ray_address,
-                                             corpus_train_tokens=len(corpus.train),
-                                             client=tracker.client, say=say)
-                notes = layout_notes(layouts)
+        say = _printer(console)
+        study, stopped, received = None, None, None
+        try:
+            with interrupt_signals() as received, \
+                    ProgressView(spec.name, total, quiet=quiet, console=console) as view:
+                if spec.search.executor != "optuna":  # the Optuna executor reconciles itself
+                    _say_reconciled(reconcile(ctx), view.note)
+                if spec.scaling is None:
+                    study = executor.run(ctx, total, view, address=ray_address)
+                else:
+                    study, layouts = run_scaling(executor, ctx, view, address=ray_address,
+                                                 corpus_train_tokens=len(corpus.train),
+                                                 client=tracker.client,
+                                                 say=None if quiet else say)
+                    notes = layout_notes(layouts)
+        except KeyboardInterrupt:
+            name = getattr(received, "name", None) or "SIGINT"
+            stopped = StudyInterrupted(f"interrupted by {name}",
+                                       exit_code=143 if name == "SIGTERM" else 130)
+        except StudyInterrupted as exc:
+            stopped = exc
         names = list(spec.search.objectives) if len(spec.search.objectives) > 1 else None
+        if stopped is not None:
+            _reconcile_after_stop(executor, ctx)
+            result = finish_study(tracker, study, objective_names=names,
+                                  interrupted=str(stopped))
+            counts = {k: v for k, v in result["counts"].items() if v}
+            stopped.args = (f"study {spec.name}: {stopped}; trials so far: {counts or 'none'}; "
+                            f"run the same command again to resume (output folder {out})",)
+            raise stopped
         result = finish_study(tracker, study, objective_names=names)
     return StudySummary(
         name=spec.name, out_dir=out, tracking_uri=uri, parent_run_id=tracker.parent_run_id,

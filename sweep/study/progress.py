@@ -102,6 +102,11 @@ class ProgressView:
         if self._live is not None:
             self._live.update(self._render())
 
+    def note(self, line: str) -> None:
+        """Print one line about the study (not a trial), unless quiet."""
+        if not self.quiet:
+            self.console.print(line, highlight=False, soft_wrap=True, markup=False)
+
     def _print_finished(self, row: TrialRow) -> None:
         colour = {TrialState.COMPLETE: "green", TrialState.PRUNED: "yellow",
                   TrialState.INFEASIBLE: "magenta"}.get(

@@ -16,7 +16,8 @@ __all__ = ["finish_study"]
 
 
 def finish_study(tracker: StudyTracker, optuna_study: Any = None, *,
-                 objective_names: list[str] | None = None) -> dict[str, Any]:
+                 objective_names: list[str] | None = None,
+                 interrupted: str | None = None) -> dict[str, Any]:
     """Summarise the study's trials into its parent run and end it.
 
     Logs what `StudyTracker.finish` logs, plus ``trials.csv`` (`sweep.results.trials_frame`)
@@ -28,6 +29,8 @@ def finish_study(tracker: StudyTracker, optuna_study: Any = None, *,
         optuna_study: The executor's Optuna study, for Optuna's plots; without it they are
             drawn from an in-memory study rebuilt from the trial runs.
         objective_names: Names of the objectives of a multi-objective study.
+        interrupted: Why the study stopped early (`StudyTracker.finish`); no plots are drawn
+            then, so that it stops within seconds.
 
     Returns:
         `StudyTracker.finish`'s summary: best val loss, best trial and run, counts, state.
@@ -36,8 +39,10 @@ def finish_study(tracker: StudyTracker, optuna_study: Any = None, *,
     trials = read_trials(context.tracking_uri, context.experiment_id, context.parent_run_id)
     frame = results.trials_frame(trials)
     histories = val_loss_histories(context.tracking_uri, [t["run_id"] for t in trials])
-    figures = results.study_figures(frame, histories, optuna_study, objective_names)
+    figures = {} if interrupted is not None else results.study_figures(
+        frame, histories, optuna_study, objective_names)
     try:
-        return tracker.finish(trials, trials_csv=frame.to_csv(index=False), figures=figures)
+        return tracker.finish(trials, trials_csv=frame.to_csv(index=False), figures=figures,
+                              interrupted=interrupted)
     finally:
         results.close_figures(figures)

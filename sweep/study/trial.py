@@ -157,6 +157,7 @@ def open_trial(
     configs: tuple[ModelConfig, TrainConfig] | ConfigError,
     *,
     raw_params: dict[str, Any] | None = None,
+    retry_of: int | None = None,
 ) -> OpenTrial | TrialOutcome:
     """Open trial ``number``'s run and price its config; record it if it cannot train.
 
@@ -170,6 +171,8 @@ def open_trial(
         configs: The trial's resolved configs, or the `ConfigError` the search space raised
             for an invalid combination (recorded as ``INFEASIBLE``).
         raw_params: The sampled params, logged when ``configs`` is an error.
+        retry_of: The number of the interrupted trial this one retries (tag
+            ``sweep.retry_of``), or None.
 
     Returns:
         An `OpenTrial` to train, or the ``INFEASIBLE`` `TrialOutcome` of an invalid config or
@@ -177,14 +180,15 @@ def open_trial(
         ``FAILED`` and is re-raised.
     """
     if isinstance(configs, ConfigError):
-        with ctx.tracking.start_trial(number, raw_params or {}) as run:
+        with ctx.tracking.start_trial(number, raw_params or {}, retry_of=retry_of) as run:
             run.end(TrialState.INFEASIBLE, fail_reason=str(configs))
         return TrialOutcome(number, TrialState.INFEASIBLE, reason=str(configs),
                             run_id=run.run_id)
     model, train = configs
     with contextlib.ExitStack() as owner:
         run = owner.enter_context(
-            ctx.tracking.start_trial(number, {"model": model.to_dict(), "train": train.to_dict()}))
+            ctx.tracking.start_trial(number, {"model": model.to_dict(), "train": train.to_dict()},
+                                     retry_of=retry_of))
         device = ctx.device or train.device
         ok, reason, estimate = space.check_constraints(ctx.spec, model, train, device=device)
         cost = cost_metrics(estimate)
@@ -265,6 +269,7 @@ def evaluate(
     reporter: Reporter | None = None,
     *,
     raw_params: dict[str, Any] | None = None,
+    retry_of: int | None = None,
 ) -> TrialOutcome:
     """Run trial ``number`` end to end (`open_trial`, then `train_trial`) and record it.
 
@@ -274,12 +279,13 @@ def evaluate(
         configs: The trial's resolved configs, or the `ConfigError` of an invalid combination.
         reporter: The executor's reporter (pruning); `NullReporter` if None.
         raw_params: The sampled params, logged when ``configs`` is an error.
+        retry_of: The number of the interrupted trial this one retries, or None.
 
     Returns:
         The trial's `TrialOutcome`. Exceptions inside training end the run ``FAILED`` and are
         re-raised.
     """
-    opened = open_trial(ctx, number, configs, raw_params=raw_params)
+    opened = open_trial(ctx, number, configs, raw_params=raw_params, retry_of=retry_of)
     if isinstance(opened, TrialOutcome):
         return opened
     return train_trial(ctx, opened, reporter)

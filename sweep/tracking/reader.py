@@ -17,6 +17,7 @@ from sweep.schema import (
     TAG_BRANCH_FROM,
     TAG_FAIL_REASON,
     TAG_KIND,
+    TAG_RETRY_OF,
     TAG_STATE,
     TAG_TRIAL_NUMBER,
     TrialState,
@@ -58,7 +59,8 @@ def read_trials(tracking_uri: str, experiment_id: str, parent_run_id: str) -> li
 
     Returns:
         Dicts with ``trial`` (int), ``run_id``, ``state``, ``fail_reason`` (str or None),
-        ``branch_from`` (the run whose WSD trunk it continued, or None),
+        ``branch_from`` (the run whose WSD trunk it continued, or None), ``retry_of`` (the
+        number of the interrupted trial it retries, or None),
         ``params`` (dotted keys, values decoded with `sweep.schema.decode_param`),
         ``metrics`` (latest
         value of each metric; ``val_loss`` is the final one), ``start_time``/``end_time`` (ms).
@@ -82,6 +84,7 @@ def read_trials(tracking_uri: str, experiment_id: str, parent_run_id: str) -> li
                     "state": TrialState(tags.get(TAG_STATE, TrialState.RUNNING)),
                     "fail_reason": tags.get(TAG_FAIL_REASON),
                     "branch_from": tags.get(TAG_BRANCH_FROM),
+                    "retry_of": int(tags[TAG_RETRY_OF]) if TAG_RETRY_OF in tags else None,
                     "params": {k: decode_param(v) for k, v in run.data.params.items()},
                     "metrics": dict(run.data.metrics),
                     "start_time": run.info.start_time,

@@ -25,6 +25,7 @@ from sweep.schema import (
     KIND_STUDY,
     METRIC_BASELINE,
     METRIC_BEST_VAL_LOSS,
+    METRIC_TRIALS_RETRIED,
     SPEC_ARTIFACT,
     TAG_ALGORITHM,
     TAG_BEST_RUN_ID,
@@ -137,6 +138,8 @@ class StudyTracker:
             if old_digest != digest:
                 client.log_text(run_id, yaml.safe_dump(old_spec), f"spec_history/{old_digest}.yaml")
             client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+            if TAG_FAIL_REASON in parent.data.tags:  # why the last run stopped, now stale
+                client.delete_tag(run_id, TAG_FAIL_REASON)
             tags[TAG_STATE] = TrialState.RUNNING.value
             client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         client.log_text(run_id, yaml.safe_dump(spec, sort_keys=False), SPEC_ARTIFACT)
@@ -174,20 +177,26 @@ class StudyTracker:
         return False
 
     def finish(self, trials: list[dict[str, Any]] | None = None, *, trials_csv: str | None = None,
-               figures: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               figures: Mapping[str, Any] | None = None,
+               interrupted: str | None = None) -> dict[str, Any]:
         """Summarise the trials into the parent run and end it.
 
         Logs metrics ``best_val_loss`` (over COMPLETE trials with a finite value) and
         ``trials_<state>`` per state, tags ``sweep.best_trial_number``/``sweep.best_run_id``,
         artifacts ``best_config.yaml``, ``trials.csv`` (``trials_csv``) and
         ``plots/<name>.png`` (``figures``). The parent ends FAILED (tag ``sweep.state=FAILED``)
-        when no trial completed. `sweep.study.summary.finish_study` draws the table and plots.
+        when no trial completed, and ``KILLED`` (tag ``sweep.state=INTERRUPTED``, the reason in
+        ``sweep.fail_reason``) when ``interrupted`` says why the study stopped early. Metric
+        ``trials_retried`` counts the trials that retry an interrupted one.
+        `sweep.study.summary.finish_study` draws the table and plots.
 
         Args:
             trials: The study's trials as `sweep.tracking.read_trials` gives them (read now
                 if None).
             trials_csv: The trials table as CSV text, or None to log none.
             figures: Matplotlib figures by name, or None to log none.
+            interrupted: Why the study stopped before its end (a signal, workers that kept
+                dying), or None.
 
         Returns:
             ``{"best_val_loss", "best_trial", "best_run_id", "counts": {state: n}, "state"}``.
@@ -202,8 +211,13 @@ class StudyTracker:
                   and finite(t["metrics"].get(METRIC_BEST_VAL_LOSS))]
         best = min(ranked, key=lambda t: t["metrics"][METRIC_BEST_VAL_LOSS], default=None)
         state = TrialState.COMPLETE if counts[TrialState.COMPLETE] else TrialState.FAILED
+        if interrupted is not None:
+            state = TrialState.INTERRUPTED
         metrics = {count_metric(s): n for s, n in counts.items()}
+        metrics[METRIC_TRIALS_RETRIED] = sum(1 for t in trials if t.get("retry_of") is not None)
         tags = [RunTag(TAG_STATE, state.value)]
+        if interrupted is not None:
+            tags.append(RunTag(TAG_FAIL_REASON, interrupted[:MAX_TAG_VAL_LENGTH]))
         if best is not None:
             metrics[METRIC_BEST_VAL_LOSS] = best["metrics"][METRIC_BEST_VAL_LOSS]
             tags += [RunTag(TAG_BEST_TRIAL, str(best["trial"])),
@@ -223,6 +237,7 @@ class StudyTracker:
             "best_trial": best["trial"] if best else None,
             "best_run_id": best["run_id"] if best else None,
             "counts": {s.value: n for s, n in counts.items()},
+            "retried": metrics[METRIC_TRIALS_RETRIED],
             "state": state,
         }
 

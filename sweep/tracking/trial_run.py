@@ -35,6 +35,9 @@ from sweep.schema import (
     METRIC_VAL_LOSS,
     RESULT_METRICS,
     TAG_FAIL_REASON,
+    TAG_HEARTBEAT,
+    TAG_OWNER,
+    TAG_RETRY_OF,
     TAG_STATE,
     TAG_TRIAL_NUMBER,
     TAG_TRUNCATED,
@@ -45,6 +48,7 @@ from sweep.schema import (
     mutation_key,
     run_name,
 )
+from sweep.tracking.owner import Heartbeat, current_owner
 
 
 def finite(value: Any) -> bool:
@@ -67,8 +71,11 @@ class TrialRun:
     """The child run of one trial; use as a context manager so every run gets an end state.
 
     Leaving the ``with`` block normally ends the run ``COMPLETE`` unless `end` or `log_result`
-    set a state; an exception ends it ``FAILED`` with the reason and re-raises it. Metric
-    values that are not finite are dropped, never logged.
+    set a state; an exception ends it ``FAILED`` with the reason and re-raises it, except an
+    interruption from outside the trial (``KeyboardInterrupt``: Ctrl-C, or SIGTERM turned into
+    one by the driver; ``SystemExit``), which ends it ``INTERRUPTED``. Metric values that are
+    not finite are dropped, never logged. While open, the run's heartbeat (tag
+    ``sweep.heartbeat``) is rewritten every `sweep.tracking.owner.HEARTBEAT_S` seconds.
     """
 
     def __init__(self, client: MlflowClient, run_id: str, number: int) -> None:
@@ -80,6 +87,21 @@ class TrialRun:
         self.last_step = -1
         self._params: dict[str, str] = {}
         self._detached = False
+        self._heartbeat: Heartbeat | None = None
+
+    def beat(self) -> None:
+        """Write the heartbeat (tag ``sweep.heartbeat``, Unix seconds) now."""
+        self.client.set_tag(self.run_id, TAG_HEARTBEAT, f"{time.time():.0f}")
+
+    def start_heartbeat(self) -> None:
+        """Rewrite the heartbeat in a daemon thread until the run ends or is detached."""
+        if self._heartbeat is None:
+            self._heartbeat = Heartbeat(self.beat).start()
+
+    def _stop_heartbeat(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
 
     def __enter__(self) -> TrialRun:
         return self
@@ -89,6 +111,8 @@ class TrialRun:
             return False
         if exc is None:
             self.end(TrialState.COMPLETE)
+        elif isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            self.end(TrialState.INTERRUPTED, fail_reason=f"interrupted ({exc_type.__name__})")
         else:
             reason = f"{exc_type.__name__}: {exc}"
             detail = "".join(traceback.format_exception(exc_type, exc, tb))
@@ -109,6 +133,7 @@ class TrialRun:
         For a trial paused between chunks (population-based training) and restored elsewhere.
         """
         self._detached = True
+        self._stop_heartbeat()
 
     def log_params(self, config: Mapping[str, Any]) -> None:
         """Log the resolved config once: nested sections or dotted keys, values stringified.
@@ -209,6 +234,7 @@ class TrialRun:
         Raises:
             ValueError: For an unknown state.
         """
+        self._stop_heartbeat()
         try:
             state = TrialState(state)
             status = state.run_status
@@ -245,13 +271,19 @@ class TrialContext:
     experiment_id: str
     parent_run_id: str
 
-    def start_trial(self, number: int, params: Mapping[str, Any] | None = None) -> TrialRun:
+    def start_trial(self, number: int, params: Mapping[str, Any] | None = None, *,
+                    retry_of: int | None = None) -> TrialRun:
         """Create child run ``trial-<number>`` and log ``params``; use it as a context manager.
+
+        The run records its owner (tag ``sweep.owner``, `sweep.tracking.owner.current_owner`)
+        and keeps a heartbeat while open (`TrialRun.start_heartbeat`).
 
         Args:
             number: Trial number (the executor's), tag ``sweep.trial_number``.
             params: The resolved config, nested (``{"model": {...}, "train": {...}}``) or with
                 dotted keys; see `TrialRun.log_params`.
+            retry_of: The number of the interrupted trial this one retries (tag
+                ``sweep.retry_of``).
 
         Raises:
             mlflow.exceptions.MlflowException: If the store rejects the run or a param (the
@@ -262,9 +294,13 @@ class TrialContext:
             MLFLOW_PARENT_RUN_ID: self.parent_run_id,
             TAG_TRIAL_NUMBER: str(number),
             TAG_STATE: TrialState.RUNNING.value,
+            TAG_OWNER: current_owner(),
+            TAG_HEARTBEAT: f"{time.time():.0f}",
+            **({TAG_RETRY_OF: str(retry_of)} if retry_of is not None else {}),
         }
         run = client.create_run(self.experiment_id, tags=tags, run_name=run_name(number))
         trial = TrialRun(client, run.info.run_id, number)
+        trial.start_heartbeat()
         if params:
             try:
                 trial.log_params(params)
@@ -286,4 +322,6 @@ class TrialContext:
         running = RunStatus.to_string(RunStatus.RUNNING)
         if run.info.status != running:
             client.update_run(run_id, status=running)
+        client.set_tag(run_id, TAG_OWNER, current_owner())
+        trial.start_heartbeat()
         return trial

@@ -5,14 +5,27 @@ With ``search.parallel: N`` the driver starts N worker processes that share the 
 the pruner at each evaluation (step = evaluation index). Infeasible configs are told to samplers
 that take ``constraints_func`` (TPE, GP, NSGA-II) as constraint violations, and to the others
 as pruned trials.
+
+Nothing lost (`sweep.study.resume`): each trial records its owner process and a heartbeat;
+before trials run, trials of dead processes are reconciled (``INTERRUPTED``, queued again), and
+only finished trials count toward ``n_trials``. A resumed study's sampler is seeded with the
+spec's seed plus the number of trials already stored, so it does not replay its first draws.
+Worker processes die with the driver (``PR_SET_PDEATHSIG`` on Linux, and a parent check), a
+worker that dies is replaced (its trial reconciled) until more than `MAX_WORKER_DEATHS` have
+died, and Ctrl-C or SIGTERM ends the running trials ``INTERRUPTED``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import math
 import multiprocessing
 import os
+import signal
+import sys
 import threading
+import time
 from typing import Any
 
 import optuna
@@ -23,15 +36,24 @@ from sweep import space
 from sweep.executors.optuna.storage import make_storage
 from sweep.schema import (
     ATTR_BEST_VAL_LOSS,
+    ATTR_HEARTBEAT,
+    ATTR_OWNER,
     ATTR_PROGRESS,
     ATTR_REASON,
+    ATTR_RETRY_OF,
     ATTR_RUN_ID,
     ATTR_STATE,
     METRIC_VAL_LOSS,
     TrialState,
 )
 from sweep.study.progress import ProgressView, TrialRow
+from sweep.study.resume import Reconciled, StudyInterrupted
+from sweep.study.resume import reconcile as reconcile_trials
 from sweep.study.trial import StudyContext, evaluate, objective_values
+from sweep.tracking.owner import Heartbeat, current_owner, owner_pid
+
+#: Worker processes that may die (killed, out of memory) and be replaced before the study stops.
+MAX_WORKER_DEATHS = 3
 
 _CONSTRAINED_SAMPLERS = ("tpe", "gp", "nsga2")
 
@@ -66,12 +88,23 @@ def _objective(ctx: StudyContext):
     prune = not multi and spec.search.pruner != "none"
 
     def objective(trial: optuna.Trial):
+        trial.set_user_attr(ATTR_OWNER, current_owner())
+        with Heartbeat(lambda: trial.set_user_attr(ATTR_HEARTBEAT, time.time())):
+            try:
+                return _run(trial)
+            except (KeyboardInterrupt, SystemExit):
+                trial.set_user_attr(ATTR_STATE, TrialState.INTERRUPTED.value)
+                trial.set_user_attr(ATTR_REASON, "interrupted (Ctrl-C or SIGTERM)")
+                raise
+
+    def _run(trial: optuna.Trial):
         try:
             configs = space.suggest(trial, spec)
         except space.InvalidConfig as err:
             configs = err
         outcome = evaluate(ctx, trial.number, configs, OptunaReporter(trial, prune=prune),
-                           raw_params=dict(trial.params))
+                           raw_params=dict(trial.params),
+                           retry_of=trial.user_attrs.get(ATTR_RETRY_OF))
         trial.set_user_attr(ATTR_STATE, outcome.state.value)
         trial.set_user_attr(ATTR_RUN_ID, outcome.run_id)
         if outcome.reason:
@@ -100,6 +133,24 @@ def _objective(ctx: StudyContext):
     return objective
 
 
+class _NoInterruptTracebacks(logging.Filter):
+    """Drop Optuna's two warnings of an interrupted trial.
+
+    They are "failed because of ... KeyboardInterrupt" with its traceback, then "failed with
+    value None" (this objective returns None for no other trial). The driver reports an
+    interrupt once, and the trial is recorded ``INTERRUPTED``.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            return False
+        return not str(record.msg).endswith("failed with value None.")
+
+
+logging.getLogger("optuna.study._optimize").addFilter(_NoInterruptTracebacks())
+
+
 def create_study(ctx: StudyContext, *, seed_offset: int = 0) -> optuna.Study:
     """Create or load the study in its storage, with the spec's sampler and pruner."""
     spec = ctx.spec
@@ -124,14 +175,56 @@ def _optimize(study: optuna.Study, ctx: StudyContext, n_trials: int) -> None:
                    timeout=ctx.spec.search.timeout_s)
 
 
-def _worker_main(ctx: StudyContext, n_trials: int, seed_offset: int, threads: int) -> None:
+def _die_with_parent(parent_pid: int) -> None:
+    """Exit when the driver ``parent_pid`` dies.
+
+    On Linux the kernel sends SIGKILL (``prctl(PR_SET_PDEATHSIG)``); elsewhere, and as a
+    fallback, a thread checks the parent every second.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # it died before the prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def _worker_main(ctx: StudyContext, n_trials: int, seed_offset: int, threads: int,
+                 parent_pid: int) -> None:
+    _die_with_parent(parent_pid)
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     torch.set_num_threads(threads)
-    _optimize(create_study(ctx, seed_offset=seed_offset), ctx, n_trials)
+    try:
+        _optimize(create_study(ctx, seed_offset=seed_offset), ctx, n_trials)
+    except KeyboardInterrupt:
+        sys.exit(130)  # the trial is recorded INTERRUPTED; no traceback
+
+
+def reconcile(ctx: StudyContext, *, retry: bool | None = None) -> Reconciled:
+    """Reconcile the study's trials (`sweep.study.resume.reconcile`)."""
+    return reconcile_trials(ctx, create_study(ctx), retry=retry)
 
 
 def run_worker(ctx: StudyContext, n_trials: int) -> None:
-    """Join the study from this process (``sweep worker``) and run ``n_trials`` trials."""
-    _optimize(create_study(ctx, seed_offset=os.getpid()), ctx, n_trials)
+    """Join the study from this process (``sweep worker``) and run ``n_trials`` trials.
+
+    Trials of dead processes are reconciled first (`sweep.study.resume`).
+    """
+    study = create_study(ctx, seed_offset=os.getpid())
+    reconcile_trials(ctx, study)
+    _optimize(study, ctx, n_trials)
 
 
 # What a trial the objective never finished (no ATTR_STATE) is, from Optuna's own state.
@@ -179,13 +272,85 @@ def enqueue(study: optuna.Study, points: tuple[dict[str, Any], ...]) -> int:
     return len(points)
 
 
+def _finished_by(study: optuna.Study, pid: int) -> int:
+    return sum(1 for t in study.get_trials(deepcopy=False)
+               if owner_pid(t.user_attrs.get(ATTR_OWNER)) == pid and trial_state(t).finished)
+
+
+def _supervise(study: optuna.Study, ctx: StudyContext, n_trials: int, parallel: int, *,
+               seed_base: int) -> None:
+    """Run ``n_trials`` in ``parallel`` worker processes, replacing workers that die.
+
+    A worker that exits with a non-zero code is reconciled (its trial ``INTERRUPTED`` and
+    queued again) and replaced by one that runs what it had left. Ctrl-C or SIGTERM stops the
+    workers (they end their trials ``INTERRUPTED``) and is raised again.
+
+    Raises:
+        StudyInterrupted: More than `MAX_WORKER_DEATHS` workers died.
+    """
+    mp = multiprocessing.get_context("spawn")  # no forked torch/MLflow state
+    threads = max(1, (os.cpu_count() or 1) // parallel)
+    procs: dict[Any, int] = {}
+    started = 0
+
+    def launch(share: int) -> None:
+        nonlocal started
+        offset = seed_base + 100_003 * (started + 1)  # each worker its own draws
+        proc = mp.Process(target=_worker_main,
+                          args=(ctx, share, offset, threads, os.getpid()), daemon=False)
+        proc.start()
+        procs[proc] = share
+        started += 1
+
+    for i in range(parallel):
+        launch(n_trials // parallel + (1 if i < n_trials % parallel else 0))
+    deaths: list[int] = []
+    try:
+        while procs:
+            for proc in list(procs):
+                proc.join(timeout=0.2)
+                if proc.is_alive():
+                    continue
+                share = procs.pop(proc)
+                if proc.exitcode == 0:
+                    continue
+                deaths.append(proc.exitcode)
+                reconcile_trials(ctx, study)
+                left = share - _finished_by(study, proc.pid)
+                if left <= 0:
+                    continue
+                if len(deaths) > MAX_WORKER_DEATHS:
+                    raise StudyInterrupted(
+                        f"{len(deaths)} worker processes died (exit codes {deaths}); the "
+                        "study stopped with their trials interrupted; check memory and the "
+                        "logs, then run the same command again to resume")
+                launch(left)
+    except BaseException:
+        _stop_workers(procs)
+        raise
+
+
+def _stop_workers(procs: dict[Any, int], grace_s: float = 15.0) -> None:
+    """SIGTERM every live worker (it ends its trial ``INTERRUPTED``), then SIGKILL stragglers."""
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
 def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
         address: str | None = None) -> optuna.Study:
     """Run trials until the study holds ``n_trials`` (``search.parallel`` processes).
 
     Args:
         ctx: The study context.
-        n_trials: Trials the study should hold at the end; a resumed study runs the rest.
+        n_trials: Finished trials the study should hold at the end; a resumed study runs
+            the rest, after reconciling trials of dead processes (`sweep.study.resume`).
             With ``ctx.points``, exactly those points run instead (queued, `enqueue`).
         view: Progress display, polled from the storage every second.
         address: Not used: Optuna workers are processes on this machine; other machines join
@@ -194,11 +359,18 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
     Returns:
         The Optuna study.
     """
-    study = create_study(ctx)
+    stored = len(create_study(ctx).get_trials(deepcopy=False))
+    study = create_study(ctx, seed_offset=stored)  # a resumed study draws anew
+    reconciled = reconcile_trials(ctx, study)
+    if reconciled.interrupted:
+        retried = f", {len(reconciled.retried)} queued again" if reconciled.retried else ""
+        view.note(f"resuming: trial(s) {', '.join(map(str, reconciled.interrupted))} of a "
+                  f"process that is gone marked INTERRUPTED{retried}")
     if ctx.points:
         n_trials = enqueue(study, ctx.points)
     else:
-        n_trials = max(0, n_trials - len(study.get_trials(deepcopy=False)))
+        finished = sum(trial_state(t).finished for t in study.get_trials(deepcopy=False))
+        n_trials = max(0, n_trials - finished - len(reconciled.running))
     parallel = max(1, min(ctx.spec.search.parallel, n_trials))
     stop = threading.Event()
 
@@ -212,20 +384,7 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
         if n_trials and parallel == 1:
             _optimize(study, ctx, n_trials)
         elif n_trials:
-            mp = multiprocessing.get_context("spawn")  # no forked torch/MLflow state
-            threads = max(1, (os.cpu_count() or 1) // parallel)
-            procs = []
-            for i in range(parallel):
-                share = n_trials // parallel + (1 if i < n_trials % parallel else 0)
-                proc = mp.Process(target=_worker_main, args=(ctx, share, i, threads))
-                proc.start()
-                procs.append(proc)
-            for proc in procs:
-                while proc.is_alive():
-                    proc.join(timeout=0.5)
-            failed = [p.exitcode for p in procs if p.exitcode]
-            if failed:
-                raise RuntimeError(f"{len(failed)} worker process(es) exited with codes {failed}")
+            _supervise(study, ctx, n_trials, parallel, seed_base=stored)
     finally:
         stop.set()
         poller.join(timeout=5)

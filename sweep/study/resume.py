@@ -1,0 +1,214 @@
+"""Crash recovery: trials left running by dead processes are reconciled before a study goes on.
+
+A trial records its owner process (`sweep.tracking.owner`) in its MLflow run (tag
+``sweep.owner``) and, under the Optuna executor, in its Optuna trial (user attribute
+``sweep_owner``); both keep a heartbeat. When a study resumes (and whenever the Optuna
+executor replaces a worker that died), `reconcile` looks at every trial still ``RUNNING``:
+
+- its owner is alive (same host: the process exists with the same start time; another host:
+  a heartbeat within `sweep.tracking.owner.GRACE_S`): left alone, and counted as running;
+- its owner is dead: the trial is ``INTERRUPTED``. In Optuna it becomes ``FAIL`` with
+  ``sweep_state = INTERRUPTED`` (samplers skip failed trials), and its MLflow run ends
+  ``KILLED`` with tag ``sweep.state = INTERRUPTED`` and the reason.
+
+With ``search.retry_interrupted`` (the default), every interrupted trial not retried yet is
+queued again with the same parameters (`optuna.Study.enqueue_trial`, user attribute
+``sweep_retry_of`` naming it), so the search loses no point it had chosen. Interrupted trials
+do not count toward ``n_trials``: a study ends with exactly ``n_trials`` finished trials
+(`sweep.schema.TrialState.finished`), plus the interrupted ones, none ``RUNNING``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import RunStatus
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+from sweep.schema import (
+    ATTR_HEARTBEAT,
+    ATTR_OWNER,
+    ATTR_REASON,
+    ATTR_RETRY_OF,
+    ATTR_STATE,
+    TAG_HEARTBEAT,
+    TAG_OWNER,
+    TAG_TRIAL_NUMBER,
+    TrialState,
+)
+from sweep.tracking.owner import owner_alive
+from sweep.tracking.trial_run import TrialRun
+
+__all__ = ["Reconciled", "StudyInterrupted", "interrupt_signals", "reconcile", "reconcile_runs"]
+
+
+class _Received:
+    """The signal that stopped the study (``name`` None until one arrives)."""
+
+    name: str | None = None
+
+
+@contextlib.contextmanager
+def interrupt_signals():
+    """Turn SIGTERM into ``KeyboardInterrupt``, as Ctrl-C (SIGINT) already is, and record which.
+
+    In the main thread only (elsewhere signals cannot be handled); the previous handlers are
+    restored on exit. Yields a `_Received` whose ``name`` is ``SIGINT`` or ``SIGTERM``.
+    """
+    received = _Received()
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        received.name = signal.Signals(signum).name
+        raise KeyboardInterrupt(received.name)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+class StudyInterrupted(RuntimeError):
+    """The study stopped before its end for a reason outside its trials.
+
+    A signal, workers that keep dying, a store or disk that failed; the message says what and
+    how to resume.
+
+    Attributes:
+        exit_code: The CLI's exit status: 130 for SIGINT, 143 for SIGTERM, 3 otherwise.
+    """
+
+    def __init__(self, message: str, exit_code: int = 3) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass
+class Reconciled:
+    """What `reconcile` found and did.
+
+    Attributes:
+        interrupted: Numbers of the trials it marked ``INTERRUPTED`` now.
+        retried: Numbers of the interrupted trials it queued again now.
+        running: Numbers of the trials still running in live processes.
+        runs_ended: MLflow run ids it ended ``INTERRUPTED``.
+    """
+
+    interrupted: list[int] = field(default_factory=list)
+    retried: list[int] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+    runs_ended: list[str] = field(default_factory=list)
+
+
+def _reason(owner: str | None) -> str:
+    return f"interrupted: its process ({owner or 'unknown'}) is gone"
+
+
+def reconcile(ctx: Any, study: Any = None, *, retry: bool | None = None) -> Reconciled:
+    """Mark trials whose process died ``INTERRUPTED``, queue them again, end their runs.
+
+    Args:
+        ctx: The study context (`sweep.study.trial.StudyContext`).
+        study: The Optuna study (Optuna executor), or None (Ray: MLflow runs only).
+        retry: Queue interrupted trials again; default ``search.retry_interrupted``.
+
+    Returns:
+        The `Reconciled` summary.
+    """
+    retry = ctx.spec.search.retry_interrupted if retry is None else retry
+    done = Reconciled()
+    alive: set[int] | None = None
+    if study is not None:
+        alive = _reconcile_optuna(study, done, retry=retry)
+    reconcile_runs(ctx.tracking, alive=alive, done=done)
+    return done
+
+
+def _reconcile_optuna(study: Any, done: Reconciled, *, retry: bool) -> set[int]:
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState as OptunaState
+
+    storage = study._storage  # user attrs of a trial this process does not run
+    alive = set()
+    trials = study.get_trials(deepcopy=False)
+    for t in trials:
+        if t.state != OptunaState.RUNNING:
+            continue
+        owner = t.user_attrs.get(ATTR_OWNER)
+        beat = t.user_attrs.get(ATTR_HEARTBEAT)
+        if beat is None and t.datetime_start is not None:
+            beat = t.datetime_start.timestamp()
+        if owner_alive(owner, beat) is not False:
+            alive.add(t.number)
+            continue
+        try:
+            storage.set_trial_user_attr(t._trial_id, ATTR_STATE, TrialState.INTERRUPTED.value)
+            storage.set_trial_user_attr(t._trial_id, ATTR_REASON, _reason(owner))
+            storage.set_trial_state_values(t._trial_id, OptunaState.FAIL)
+        except UpdateFinishedTrialError:  # it finished meanwhile
+            continue
+        done.interrupted.append(t.number)
+    done.running = sorted(alive)
+    if retry:
+        trials = study.get_trials(deepcopy=False)
+        retried = {t.user_attrs.get(ATTR_RETRY_OF) for t in trials}
+        for t in trials:
+            if (t.state == OptunaState.FAIL and t.number not in retried
+                    and t.user_attrs.get(ATTR_STATE) == TrialState.INTERRUPTED.value):
+                origin = t.user_attrs.get(ATTR_RETRY_OF, t.number)
+                if origin in retried and origin != t.number:
+                    continue
+                study.enqueue_trial(dict(t.params), user_attrs={ATTR_RETRY_OF: t.number})
+                done.retried.append(t.number)
+    return alive
+
+
+def reconcile_runs(tracking: Any, *, alive: set[int] | None = None,
+                   done: Reconciled | None = None) -> Reconciled:
+    """End the study's child runs left ``RUNNING`` by dead processes as ``INTERRUPTED``.
+
+    Args:
+        tracking: The study's `sweep.tracking.TrialContext`.
+        alive: Trial numbers known to be running (the Optuna executor's view); None: judge
+            each run by its own owner tag and heartbeat.
+        done: A `Reconciled` to add to (a new one if None).
+
+    Returns:
+        The `Reconciled` summary.
+    """
+    done = done or Reconciled()
+    client = MlflowClient(tracking.tracking_uri)
+    running = RunStatus.to_string(RunStatus.RUNNING)
+    runs = client.search_runs(
+        [tracking.experiment_id],
+        filter_string=(f"tags.{MLFLOW_PARENT_RUN_ID} = '{tracking.parent_run_id}' "
+                       f"and attributes.status = '{running}'"),
+        max_results=10_000)
+    for run in runs:
+        tags = run.data.tags
+        number = int(tags.get(TAG_TRIAL_NUMBER, -1))
+        owner = tags.get(TAG_OWNER)
+        if alive is not None:
+            if number in alive:
+                continue
+        else:
+            beat = tags.get(TAG_HEARTBEAT)
+            beat = float(beat) if beat else run.info.start_time / 1000
+            if owner_alive(owner, beat) is not False:
+                done.running.append(number)
+                continue
+        TrialRun(client, run.info.run_id, number).end(TrialState.INTERRUPTED,
+                                                     fail_reason=_reason(owner))
+        done.runs_ended.append(run.info.run_id)
+        if alive is None:
+            done.interrupted.append(number)
+    return done

@@ -1,0 +1,237 @@
+"""Faults injected for real (SIGKILL, SIGINT, SIGTERM) into `sweep run`, then counted exactly.
+
+Each test runs the CLI in a subprocess on a tiny study (1 layer, d_model 32-64, seq_len 32,
+5e4 tokens a trial, a random sampler), injects the fault while a trial trains, and checks the
+Optuna storage and the MLflow store before and after the rerun that resumes it.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from mlflow import MlflowClient
+from optuna.storages.journal import JournalFileBackend, JournalStorage
+from optuna.trial import TrialState as OptunaState
+
+from sweep.schema import (
+    ATTR_OWNER,
+    ATTR_PROGRESS,
+    ATTR_RETRY_OF,
+    ATTR_STATE,
+    TAG_FAIL_REASON,
+    TAG_STATE,
+    TrialState,
+)
+from sweep.tracking import find_study, read_trials
+from sweep.tracking.owner import owner_pid
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[3]
+NAME = "faults"
+
+
+def write_spec(tmp_path, n_trials=6, parallel=1):
+    spec = {
+        "name": NAME,
+        "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=200000",
+        "model": {"vocab_size": 16, "seq_len": 32, "n_layers": 1, "n_heads": 2,
+                  "d_model": {"int": [32, 64], "step": 8}},
+        "train": {"tokens": 50000, "batch_size": 8, "lr": {"float": [1e-3, 1e-2], "log": True},
+                  "eval_tokens": 1024, "device": "cpu"},
+        "search": {"executor": "optuna", "sampler": "random", "pruner": "none",
+                   "n_trials": n_trials, "parallel": parallel, "seed": 0},
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def start(tmp_path, spec):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "sweep.cli", "run", str(spec), "--out", str(tmp_path / "out"),
+         "--quiet"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+
+
+def optuna_trials(tmp_path):
+    journal = tmp_path / "out" / "optuna.journal"
+    if not journal.is_file():
+        return []
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    try:
+        return optuna.load_study(study_name=NAME, storage=storage).get_trials()
+    except KeyError:
+        return []
+
+
+def mlflow_runs(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'out' / 'mlflow.db'}"
+    experiment_id, parent = find_study(uri, NAME)
+    return uri, parent, read_trials(uri, experiment_id, parent)
+
+
+def finished(t):
+    return t.state in (OptunaState.COMPLETE, OptunaState.PRUNED) or (
+        t.state == OptunaState.FAIL and t.user_attrs.get(ATTR_STATE) != "INTERRUPTED")
+
+
+def wait_mid_trial(tmp_path, proc, *, n_finished, timeout=240):
+    """Until ``n_finished`` trials are done and another one has reported an evaluation."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        trials = optuna_trials(tmp_path)
+        running = [t for t in trials if t.state == OptunaState.RUNNING
+                   and ATTR_PROGRESS in t.user_attrs]
+        if sum(finished(t) for t in trials) >= n_finished and running:
+            return trials
+        time.sleep(0.1)
+    raise AssertionError("the study did not reach the point of the fault in time")
+
+
+def by_state(trials):
+    out = {}
+    for t in trials:
+        key = "INTERRUPTED" if t.user_attrs.get(ATTR_STATE) == "INTERRUPTED" else t.state.name
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def run_states(runs):
+    out = {}
+    for r in runs:
+        out[str(r["state"])] = out.get(str(r["state"]), 0) + 1
+    return out
+
+
+def resume(tmp_path, spec):
+    proc = start(tmp_path, spec)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    return err
+
+
+def check_resumed(tmp_path, before, n_trials, n_interrupted):
+    """The study after the resume: exact counts, finished trials untouched, retries exact."""
+    trials = optuna_trials(tmp_path)
+    assert sum(finished(t) for t in trials) == n_trials
+    assert by_state(trials).get("INTERRUPTED", 0) == n_interrupted
+    assert not [t for t in trials if t.state in (OptunaState.RUNNING, OptunaState.WAITING)]
+    numbers = [t.number for t in trials]
+    assert len(numbers) == len(set(numbers))
+    # finished trials of the first run kept their parameters and values
+    now = {t.number: t for t in trials}
+    for t in before:
+        if finished(t):
+            assert (now[t.number].params, now[t.number].values) == (t.params, t.values)
+    # each interrupted trial retried once, with its parameters, and finished
+    interrupted = [t for t in trials if t.user_attrs.get(ATTR_STATE) == "INTERRUPTED"]
+    retries = [t for t in trials if ATTR_RETRY_OF in t.user_attrs]
+    assert sorted(t.user_attrs[ATTR_RETRY_OF] for t in retries) == sorted(
+        t.number for t in interrupted)
+    for r in retries:
+        assert r.params == now[r.user_attrs[ATTR_RETRY_OF]].params and finished(r)
+    # MLflow: one run per trial number, the interrupted ones KILLED, none RUNNING
+    uri, parent, runs = mlflow_runs(tmp_path)
+    states = run_states(runs)
+    assert states.get("INTERRUPTED", 0) == n_interrupted and "RUNNING" not in states
+    assert sum(v for k, v in states.items() if k != "INTERRUPTED") == n_trials
+    assert sorted(r["trial"] for r in runs) == sorted(numbers)
+    assert [r["retry_of"] for r in runs if r["retry_of"] is not None] == sorted(
+        t.number for t in interrupted)
+    client = MlflowClient(uri)
+    assert len(client.search_runs([client.get_experiment_by_name(NAME).experiment_id],
+                                  "tags.`sweep.kind` = 'study'")) == 1
+    tags = client.get_run(parent).data.tags
+    assert tags[TAG_STATE] == TrialState.COMPLETE and TAG_FAIL_REASON not in tags
+    return trials, runs
+
+
+def test_driver_killed_mid_trial_then_resumed(tmp_path):
+    spec = write_spec(tmp_path)
+    proc = start(tmp_path, spec)
+    wait_mid_trial(tmp_path, proc, n_finished=2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = optuna_trials(tmp_path)
+    n_done = sum(finished(t) for t in before)
+    assert by_state(before).get("RUNNING") == 1
+    _, _, runs = mlflow_runs(tmp_path)
+    assert run_states(runs).get("RUNNING") == 1
+    assert sum(1 for r in runs if r["state"].finished) == n_done
+
+    resume(tmp_path, spec)
+    trials, _ = check_resumed(tmp_path, before, 6, 1)
+    # The resumed sampler does not replay the first run's draws (random sampler, seed 0)
+    new = [t for t in trials if t.number >= len(before) and ATTR_RETRY_OF not in t.user_attrs]
+    assert new and all(t.params != b.params for t in new for b in before)
+
+
+def test_parallel_driver_killed_takes_its_workers_along(tmp_path):
+    spec = write_spec(tmp_path, n_trials=6, parallel=2)
+    proc = start(tmp_path, spec)
+    trials = wait_mid_trial(tmp_path, proc, n_finished=1)
+    workers = {owner_pid(t.user_attrs[ATTR_OWNER]) for t in trials if ATTR_OWNER in t.user_attrs}
+    assert len(workers) == 2 and proc.pid not in workers
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in workers):
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{p}").exists() for p in workers), "orphaned workers"
+    before = optuna_trials(tmp_path)
+    running = by_state(before).get("RUNNING", 0)
+    assert running >= 1
+    resume(tmp_path, spec)
+    check_resumed(tmp_path, before, 6, running)
+
+
+def test_a_killed_worker_is_replaced_and_its_trial_retried(tmp_path):
+    spec = write_spec(tmp_path, n_trials=6, parallel=2)
+    proc = start(tmp_path, spec)
+    trials = wait_mid_trial(tmp_path, proc, n_finished=1)
+    victim = next(t for t in trials if t.state == OptunaState.RUNNING
+                  and ATTR_PROGRESS in t.user_attrs)
+    os.kill(owner_pid(victim.user_attrs[ATTR_OWNER]), signal.SIGKILL)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    check_resumed(tmp_path, [], 6, 1)
+    assert next(t for t in optuna_trials(tmp_path) if t.number == victim.number).user_attrs[
+        ATTR_STATE] == "INTERRUPTED"
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_stops_cleanly_and_resumes(tmp_path, sig, code):
+    spec = write_spec(tmp_path)
+    proc = start(tmp_path, spec)
+    wait_mid_trial(tmp_path, proc, n_finished=1)
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 30
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("stopped:"), err
+    assert f"interrupted by {sig.name}" in lines[0] and "run the same command again" in lines[0]
+    before = optuna_trials(tmp_path)
+    states = by_state(before)
+    assert states.get("INTERRUPTED") == 1 and "RUNNING" not in states
+    uri, parent, runs = mlflow_runs(tmp_path)
+    assert run_states(runs).get("INTERRUPTED") == 1 and "RUNNING" not in run_states(runs)
+    run = MlflowClient(uri).get_run(parent)
+    assert run.info.status == "KILLED" and run.data.tags[TAG_STATE] == "INTERRUPTED"
+    assert sig.name in run.data.tags[TAG_FAIL_REASON]
+
+    resume(tmp_path, spec)
+    check_resumed(tmp_path, before, 6, 1)
