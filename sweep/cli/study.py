@@ -281,6 +281,34 @@ def _print_top_trials(summary, top: int = 5) -> None:
                   highlight=False, soft_wrap=True)
 
 
+def _check_joinable(spec, tracking_uri: str, parent_run_id: str) -> None:
+    """Exit 2 unless the stored study can continue under ``spec`` (as ``sweep run`` resumes).
+
+    Reads the parent run's ``spec.yaml`` and applies `sweep.spec.check_resume_compatible`, with
+    the message ``sweep run`` gives; the allowed differences are printed as warnings.
+    """
+    import yaml
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from sweep.spec.resume import ResumeError, check_resume_compatible
+    from sweep.tracking.study_run import load_stored_spec
+
+    try:
+        stored = load_stored_spec(MlflowClient(tracking_uri), parent_run_id)
+    except (MlflowException, OSError, yaml.YAMLError) as exc:
+        bad_input(f"study {spec.name}: cannot read the spec it stored on parent run "
+                  f"{parent_run_id} ({exc}), so cannot tell whether this spec may join it")
+    try:
+        notes = check_resume_compatible(stored, json.loads(json.dumps(spec.to_data(),
+                                                                      default=str)))
+    except ResumeError as exc:
+        bad_input(str(exc))
+    for note in notes:
+        common.err_console.print(f"warning: joining {spec.name} with a changed spec: {note}",
+                                 highlight=False, soft_wrap=True, markup=False)
+
+
 @app.command()
 def worker(
     spec_path: str = typer.Argument(..., metavar="SPEC", help="Study spec YAML."),
@@ -292,7 +320,9 @@ def worker(
 
     The study must have been started (``sweep run``) with storage and tracking that this
     machine reaches (an RDB ``search.storage`` and an MLflow server ``tracking.uri``, or a
-    shared file system).
+    shared file system). Its spec must be one the stored study can continue under, as ``sweep
+    run`` requires to resume (`sweep.spec.check_resume_compatible` against the parent run's
+    ``spec.yaml``). Exits 2, adding no trial, when it is not, or when the study is not found.
     """
     spec = _load_study_spec(spec_path, "optuna")
     if spec.scaling is not None:
@@ -328,5 +358,6 @@ def worker(
         bad_input(f"no Optuna study {spec.name!r} in search.storage "
                   f"{shown_uri(storage)}; start it with sweep run (with the "
                   "same storage and --out)")
+    _check_joinable(spec, uri, found[1])
     ctx = StudyContext(spec, out_dir, TrialContext(uri, *found), device=device)
     optuna_executor.run_worker(ctx, trials)
