@@ -159,7 +159,7 @@ def _print_grid(spec, layouts, device: str | None) -> None:
 
 
 def _check_inputs(spec, out: Path | None = None, device: str | None = None,
-                  space: bool = False):
+                  space: bool = False, ray_address: str | None = None):
     """`sweep.study.check_inputs` (and `check_space` when ``space``), exiting 2 on bad input.
 
     Light: run before the command imports torch, MLflow or Optuna, so bad input is refused in
@@ -172,7 +172,7 @@ def _check_inputs(spec, out: Path | None = None, device: str | None = None,
     from sweep.study.preflight import PreflightError, check_inputs, check_space
 
     try:
-        check_inputs(spec, out, device=device)
+        check_inputs(spec, out, device=device, ray_address=ray_address)
         return check_space(spec, device=device) if space else None
     except (DataError, PreflightError) as exc:
         bad_input(str(exc))
@@ -197,6 +197,25 @@ def _load_study_spec(spec_path: str, executor: str | None = None, trials: int | 
         bad_input(str(exc))
 
 
+def _on_cpu_without_gpus(spec, address: str | None):
+    """``--allow-cpu``: the spec with no GPUs per trial where a local Ray would find none.
+
+    Says so in one line on stderr; the spec is unchanged where no fallback is needed.
+    """
+    from sweep.spec import parse_spec
+    from sweep.study.preflight import local_gpus_missing
+
+    reason = local_gpus_missing(spec, address)
+    if reason is None:
+        return spec
+    common.err_console.print(
+        f"note: resources.gpus_per_trial={spec.resources.gpus_per_trial:g}: {reason}; "
+        "--allow-cpu: the trials run on CPU", highlight=False, soft_wrap=True, markup=False)
+    data = spec.to_data()
+    data["resources"]["gpus_per_trial"] = 0
+    return parse_spec(data)
+
+
 @app.command()
 def run(
     spec_path: str = typer.Argument(..., metavar="SPEC", help="Study spec YAML."),
@@ -208,8 +227,15 @@ def run(
     device: str = typer.Option(None, help="Training device (default: CUDA when present)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON line."),
+    allow_cpu: bool = typer.Option(False, "--allow-cpu", help="Ray executor on a local Ray: "
+                                   "where this machine has no GPU, run trials that ask for "
+                                   "resources.gpus_per_trial on CPU instead of refusing."),
 ) -> None:
     """Run a study: search its space, train each trial, track everything in MLflow.
+
+    A Ray study that asks for ``resources.gpus_per_trial`` on a local Ray (no ``--address``
+    nor ``RAY_ADDRESS``) where this machine has no GPU is refused, unless ``--allow-cpu``
+    runs its trials on CPU; a cluster's GPUs are judged once Ray connects to it.
 
     Exits 0 when at least one trial completed, 1 when none did, 2 for bad input.
     """
@@ -217,7 +243,10 @@ def run(
     if address and spec.search.executor != "ray":
         bad_input(f"--address: only the ray executor runs on a Ray cluster; this study's "
                   f"executor is {spec.search.executor} (add --executor ray)")
-    _check_inputs(spec, Path(out) if out else spec.default_output_dir(), device, space=True)
+    if allow_cpu:
+        spec = _on_cpu_without_gpus(spec, address)
+    _check_inputs(spec, Path(out) if out else spec.default_output_dir(), device, space=True,
+                  ray_address=address)
     # Only now the heavy packages (torch, MLflow, Optuna): the input is good as far as the spec
     # and the flags can tell.
     from sweep.data import DataError

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from sweep.data import Corpus
     from sweep.space import SpaceSummary
 
-__all__ = ["TRACKING_SCHEMES", "PreflightError", "check_inputs", "check_space", "check_stores",
-           "preflight"]
+__all__ = ["TRACKING_SCHEMES", "PreflightError", "check_gpus", "check_inputs", "check_space",
+           "check_stores", "local_gpus_missing", "preflight"]
 
 #: Schemes of an MLflow tracking URI that a study accepts: a tracking server, a database
 #: (``postgresql+psycopg2`` and other drivers included) or a local folder (``file``, or a path
@@ -232,7 +232,60 @@ def check_stores(spec: StudySpec, out: Path) -> None:
                 "is; point the tracking URI at a new file, or at an MLflow store")
 
 
-def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None = None) -> None:
+def _local_ray(ray_address: str | None) -> bool:
+    """Whether the study starts a Ray of its own on this machine (no cluster address)."""
+    address = ray_address or os.environ.get("RAY_ADDRESS")
+    return not address or address == "local"
+
+
+def _no_local_gpu() -> str | None:
+    """Why a Ray started here would find no GPU, found without torch; None if it may find one."""
+    if no_cuda_driver():
+        return "this machine has no GPU (no NVIDIA or ROCm driver found)"
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return "this machine shows Ray no GPU (CUDA_VISIBLE_DEVICES is empty)"
+    return None
+
+
+def local_gpus_missing(spec: StudySpec, ray_address: str | None = None) -> str | None:
+    """Why a Ray study's ``resources.gpus_per_trial`` cannot be met here, or None.
+
+    Decided only for a local Ray (no ``ray_address`` and no ``RAY_ADDRESS``, or ``local``):
+    its GPUs are this machine's, and a machine with no CUDA driver
+    (`sweep.train.cuda_probe.no_cuda_driver`, no torch needed) or an empty
+    ``CUDA_VISIBLE_DEVICES`` has none. A remote cluster's GPUs are known only once Ray connects
+    (``sweep.executors.ray.trial_resources``); a machine with a driver is left to Ray too.
+
+    Returns:
+        The reason (for a message), or None when the study asks for no GPU, is not a Ray
+        study, runs on a cluster, or may find a GPU here.
+    """
+    if spec.search.executor != "ray" or not spec.resources.gpus_per_trial:
+        return None
+    if not _local_ray(ray_address):
+        return None
+    return _no_local_gpu()
+
+
+def check_gpus(spec: StudySpec, ray_address: str | None = None) -> None:
+    """Refuse a Ray study that asks for GPUs per trial on a local Ray with no GPU.
+
+    See `local_gpus_missing` for what is decided here; ``sweep run --allow-cpu`` sets
+    ``resources.gpus_per_trial`` to 0 instead (trials on CPU).
+
+    Raises:
+        PreflightError: Naming ``resources.gpus_per_trial`` and why this machine has no GPU.
+    """
+    reason = local_gpus_missing(spec, ray_address)
+    if reason is not None:
+        raise PreflightError(
+            f"resources.gpus_per_trial={spec.resources.gpus_per_trial:g}: {reason}, and the "
+            "study would run on a local Ray; add --allow-cpu to run the trials on CPU, or give "
+            "--address (or RAY_ADDRESS) of a Ray cluster with GPUs")
+
+
+def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None = None,
+                 ray_address: str | None = None) -> None:
     """Check what the spec and flags name, without loading torch, MLflow or Optuna.
 
     The training device (``device``, the ``--device`` flag, else each value ``train.device``
@@ -241,12 +294,15 @@ def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None
     The tracking URI (``tracking.uri``, else ``MLFLOW_TRACKING_URI``) has a scheme of
     `TRACKING_SCHEMES`. The output folder ``out`` (when given) is not a file nor the current
     folder, and the store files in it or named by the spec are ones the study may write to
-    (`check_stores`). The corpus URI's scheme, parameters and paths (`sweep.data.check_corpus`).
+    (`check_stores`). For a study about to run here (``out`` given; ``sweep validate`` judges
+    the spec alone), a Ray study's ``resources.gpus_per_trial`` on a local Ray with no GPU
+    (`check_gpus`; ``ray_address`` is ``--address``). The corpus URI's scheme, parameters and
+    paths (`sweep.data.check_corpus`).
 
     Raises:
         PreflightError: Naming the flag or field (``--device``, ``train.device``,
-            ``tracking.uri``, ``MLFLOW_TRACKING_URI``, ``--out``, ``search.storage``) and the
-            rule.
+            ``tracking.uri``, ``MLFLOW_TRACKING_URI``, ``--out``, ``search.storage``,
+            ``resources.gpus_per_trial``) and the rule.
         sweep.data.DataError: For the corpus, naming its URI.
     """
     if device is not None:
@@ -261,6 +317,7 @@ def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None
         if str(out) in ("", "."):
             raise PreflightError("--out: give the study its own folder, not the current one")
         check_stores(spec, out)
+        check_gpus(spec, ray_address)
     check_corpus(spec.data.uri, vocab_size=spec.data.vocab_size)
 
 
@@ -311,7 +368,7 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
     from sweep import tracking
     from sweep.data import load_corpus
 
-    check_inputs(spec, out, device=device)
+    check_inputs(spec, out, device=device, ray_address=ray_address)
     summary = check_space(spec, device=device, n_samples=n_samples)
     try:
         tracking.check_reachable(spec.tracking_uri(out), spec.tracking_uri_source())
