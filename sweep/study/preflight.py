@@ -166,7 +166,7 @@ def _is_optuna_journal(path: Path) -> bool:
             and isinstance(record.get("worker_id"), str))
 
 
-def check_stores(spec: StudySpec, out: Path) -> None:
+def check_stores(spec: StudySpec, out: Path | None = None) -> None:
     """Refuse store files that exist and are not what the study would write there.
 
     A study never writes to a file it did not create or recognise. An existing Optuna storage
@@ -182,19 +182,24 @@ def check_stores(spec: StudySpec, out: Path) -> None:
 
     Args:
         spec: The study spec.
-        out: The study's output folder (``--out``, default ``./runs/<name>``).
+        out: The study's output folder (``--out``, default ``./runs/<name>``), which holds
+            the default stores; None (``sweep validate``) checks only the files the spec or
+            ``MLFLOW_TRACKING_URI`` names.
 
     Raises:
         PreflightError: Naming ``search.storage`` or the tracking URI's source, the file and
             what it is.
     """
-    storage = spec.search.storage or str(out / "optuna.journal")
+    storage = spec.search.storage or (str(out / "optuna.journal") if out is not None else None)
     storage_source = ("search.storage" if spec.search.storage
                       else f"search.storage (default, in --out {out})")
     tracking = spec.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
     tracking_source = spec.tracking_uri_source() if tracking else f"--out {out}"
-    tracking_file = sqlite_file(tracking) if tracking else out / "mlflow.db"
-    if "://" not in storage:
+    tracking_file = (sqlite_file(tracking) if tracking
+                     else out / "mlflow.db" if out is not None else None)
+    if storage is None:
+        storage_file, journal = None, False
+    elif "://" not in storage:
         storage_file, journal = Path(storage), True
     else:
         storage_file, journal = sqlite_file(storage), False
@@ -293,7 +298,7 @@ def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None
     other device names (``cuda`` where a driver is present, ``mps``...) load torch to decide.
     The tracking URI (``tracking.uri``, else ``MLFLOW_TRACKING_URI``) has a scheme of
     `TRACKING_SCHEMES`. The output folder ``out`` (when given) is not a file nor the current
-    folder, and the store files in it or named by the spec are ones the study may write to
+    folder. The store files named by the spec or in ``out`` are ones the study may write to
     (`check_stores`). For a study about to run here (``out`` given; ``sweep validate`` judges
     the spec alone), a Ray study's ``resources.gpus_per_trial`` on a local Ray with no GPU
     (`check_gpus`; ``ray_address`` is ``--address``). The corpus URI's scheme, parameters and
@@ -316,8 +321,8 @@ def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None
             raise PreflightError(f"--out {out}: is a file, not a folder")
         if str(out) in ("", "."):
             raise PreflightError("--out: give the study its own folder, not the current one")
-        check_stores(spec, out)
         check_gpus(spec, ray_address)
+    check_stores(spec, out)
     check_corpus(spec.data.uri, vocab_size=spec.data.vocab_size)
 
 

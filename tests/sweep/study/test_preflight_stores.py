@@ -169,3 +169,14 @@ def test_an_mlflow_store_is_recognised(work):
         check_stores(parse_spec(spec_dict(search={"storage": f"sqlite:///{db}"})),
                      work / "out")
     assert os.path.getsize(db) > 0
+
+
+def test_validate_refuses_a_named_foreign_store_as_run_does(work):
+    db = user_db(work / "user.db")
+    data = spec_dict(search={"storage": f"sqlite:///{db}"})
+    message = refused_by_run(work, data, db)
+    before = fingerprint(db)
+    result = CliRunner().invoke(app, ["validate", str(work / "spec.yaml")])
+    assert result.exit_code == 2, result.output
+    assert " ".join(result.output.split()) == message
+    assert fingerprint(db) == before
