@@ -15,12 +15,14 @@ them again (milliseconds), then checks the stores, the cluster and the corpus's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import sqlite3
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -126,6 +128,28 @@ def _sqlite_tables(path: Path) -> set[str] | None:
     return {name for (name,) in rows}
 
 
+@contextlib.contextmanager
+def _reading_store(db: Path) -> Iterator[None]:
+    """A shared lock on ``<db>.lock`` while ``db`` is read, where that lock file exists.
+
+    It exists where this service creates or migrates the store
+    (`sweep.tracking.uris.store_lock`, which holds it exclusively meanwhile), so another
+    driver's half-migrated database is never read; nothing is created here.
+    """
+    try:
+        import fcntl
+
+        lock = open(f"{db}.lock", "rb")  # noqa: SIM115 (closed below)
+    except (ImportError, OSError):  # no lock file: no driver of ours is creating this store
+        yield
+        return
+    try:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        yield
+    finally:
+        lock.close()
+
+
 def _what_file(path: Path, tables: set[str] | None) -> str:
     """What the file ``path`` is, for a message: a folder, a SQLite database and its tables..."""
     if path.is_dir():
@@ -225,7 +249,8 @@ def check_stores(spec: StudySpec, out: Path | None = None) -> None:
                 f"{'journal' if journal else 'storage database'}; the study writes only to a "
                 f"storage it created or recognises, and leaves this file as it is{hint}")
     if tracking_file is not None and tracking_file.exists():
-        tables = None if tracking_file.is_dir() else _sqlite_tables(tracking_file)
+        with _reading_store(tracking_file):
+            tables = None if tracking_file.is_dir() else _sqlite_tables(tracking_file)
         ok = tracking_file.is_file() and (
             tracking_file.stat().st_size == 0 or tables is not None
             and (not tables or _MLFLOW_TABLES <= tables))

@@ -11,19 +11,27 @@ from mlflow import MlflowClient
 
 ROOT = Path(__file__).resolve().parents[3]
 
-#: A driver's first steps against the store: open it (`ensure_store`), create its experiment
-#: and a run. It imports MLflow, says it is ready, and waits for the go file, so that all of
-#: them open the store together.
+#: A driver's first steps against the store, as ``sweep run`` takes them: check the store file
+#: (`check_stores`, which must not mistake a store another driver is migrating for a foreign
+#: file), open it (`ensure_store`), create its experiment and a run. It imports MLflow, says it
+#: is ready, and waits for the go file, so that all of them open the store together.
 _DRIVER = r"""
 import sys, time
 from pathlib import Path
 from mlflow import MlflowClient
+from sweep.spec import parse_spec
+from sweep.study.preflight import check_stores
 from sweep.tracking import ensure_store
 uri, name, ready, go = sys.argv[1:5]
+spec = parse_spec({"name": name, "data": "synthetic:markov?order=1&vocab=16&seed=0",
+                   "model": {"vocab_size": 16}, "train": {"steps": 1},
+                   "tracking": {"uri": uri}})
 Path(ready).touch()
 while not Path(go).exists():
     time.sleep(0.005)
+check_stores(spec)
 ensure_store(uri)
+check_stores(spec)
 client = MlflowClient(uri)
 client.create_run(client.create_experiment(name))
 """
