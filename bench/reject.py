@@ -3,9 +3,10 @@
 Bad input should be refused in well under a second, before the service loads torch, MLflow or
 Optuna. This benchmark writes a set of bad specs into a temporary folder (type errors, unknown
 keys, bad ranges, bad choices, a missing or malformed corpus, a tracking URI of an unknown
-scheme, a CUDA device on a machine without one, YAML that does not parse, a spec file that does
-not exist) and runs each through the three commands as subprocesses (``python -m sweep.cli``,
-``--out`` a folder of its own), one at a time. Per case and command:
+scheme, a CUDA device on a machine without one, a ``search.storage`` that is a file of the
+user's, YAML that does not parse, a spec file that does not exist) and runs each through the
+three commands as subprocesses (``python -m sweep.cli``, ``--out`` a folder of its own), one
+at a time. Per case and command:
 
 - ``cpu_s``: user + system CPU seconds of the subprocess (``resource.getrusage`` of the
   children, before and after);
@@ -20,10 +21,17 @@ machine. The CUDA case runs only where torch sees no CUDA device. Prints a table
 one JSON line: median and max CPU and wall seconds per command, whether every case exited 2
 cleanly, and whether the target holds.
 
-    python bench/reject.py [--repeats 1]
+With ``--corpus DIR`` the cases are instead the spec files of ``DIR`` as they are, e.g. the
+hostile corpus ``tests/sweep/spec/hostile`` (malformed YAML, aliases and tags, wrong types,
+bad ranges...); a file whose first line is ``# expect: TEXT`` must also be refused with a
+message containing ``TEXT`` (``expected`` in the table and JSON; flagged ``[unexpected
+message]`` otherwise).
 
-Runtime: about 30 s on an idle 2-core CPU machine when refusals are fast; a few minutes when
-every refusal loads torch and MLflow first.
+    python bench/reject.py [--repeats 1] [--corpus tests/sweep/spec/hostile]
+
+Runtime: about 30 s on an idle 2-core CPU machine when refusals are fast (about 1.5 minutes
+for the 66 files of the hostile corpus); a few minutes when every refusal loads torch and
+MLflow first.
 """
 
 from __future__ import annotations
@@ -77,6 +85,8 @@ CASES: list[tuple[str, str, str | None]] = [
      GOOD.replace("order=1&vocab=16", "order=1&vocab=1")),
     ("tracking-scheme", "tracking.uri ftp://", GOOD + "tracking: {uri: 'ftp://example.com/x'}\n"),
     ("cuda", "train.device cuda, no CUDA here", GOOD.replace("device: cpu", "device: cuda")),
+    ("storage-foreign", "search.storage a file of the user's",
+     GOOD.replace("n_trials: 2}", "n_trials: 2, storage: WORK/notes.txt}")),
     ("yaml", "YAML does not parse", GOOD.replace("n_layers: 1}", "n_layers: 1")),
     ("no-file", "spec file does not exist", None),
 ]
@@ -91,11 +101,25 @@ def measure(argv: list[str], cwd: Path) -> dict:
     """One subprocess: exit status, CPU and wall seconds, whether stderr holds a traceback."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cpu0, t0 = _child_cpu(), time.perf_counter()
-    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                          errors="replace")
     wall, cpu = time.perf_counter() - t0, _child_cpu() - cpu0
     return {"rc": proc.returncode, "cpu_s": cpu, "wall_s": wall,
             "traceback": "Traceback" in proc.stderr + proc.stdout,
-            "message": (proc.stderr.strip().splitlines() or [""])[-1][:90]}
+            "message": (proc.stderr.strip().splitlines() or [""])[-1][:90],
+            "output": " ".join((proc.stderr + proc.stdout).split())}
+
+
+def corpus_cases(folder: Path) -> list[tuple[str, str, Path, str | None]]:
+    """The spec files of ``folder``: (case, what, path, the ``# expect:`` text or None)."""
+    cases = []
+    for path in sorted(folder.glob("*.yaml")):
+        first = path.read_bytes().split(b"\n", 1)[0].decode(errors="replace")
+        expected = first.removeprefix("# expect: ") if first.startswith("# expect: ") else None
+        cases.append((path.stem, expected or "", path, expected))
+    if not cases:
+        raise SystemExit(f"--corpus {folder}: no *.yaml files there")
+    return cases
 
 
 def _has_cuda() -> bool:
@@ -110,21 +134,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs per case and command; figures are their medians")
+    parser.add_argument("--corpus", type=Path, default=None,
+                        help="a folder of bad spec files to run instead of the built-in cases "
+                        "(e.g. tests/sweep/spec/hostile)")
     args = parser.parse_args()
-    cases = [c for c in CASES if c[0] != "cuda" or not _has_cuda()]
     load0 = os.getloadavg()[0]
     started = time.perf_counter()
     rows = []
     with tempfile.TemporaryDirectory(prefix="sweep-reject-") as tmp:
         work = Path(tmp)
+        if args.corpus is not None:
+            cases = corpus_cases(args.corpus.resolve())
+        else:
+            cases = []
+            for case, what, text in CASES:
+                if case == "cuda" and _has_cuda():
+                    continue
+                path = work / f"{case}.yaml"
+                if text is not None:
+                    path.write_text(text.replace("NAME", f"reject-{case}")
+                                    .replace("WORK", str(work)))
+                cases.append((case, what, path, None))
+        (work / "notes.txt").write_text("the user's own notes\n")  # storage-foreign
         n_floor = max(3, args.repeats)
         floor = [measure([sys.executable, "-c", "pass"], work) for _ in range(n_floor)]
         cli_help = [measure([sys.executable, "-m", "sweep.cli", "--help"], work)
                     for _ in range(n_floor)]
-        for case, what, text in cases:
-            path = work / f"{case}.yaml"
-            if text is not None:
-                path.write_text(text.replace("NAME", f"reject-{case}"))
+        for case, what, path, expected in cases:
             for command in COMMANDS:
                 out = work / "out" / f"{case}-{command}"
                 argv = [sys.executable, "-m", "sweep.cli", command, str(path)]
@@ -136,18 +172,22 @@ def main() -> None:
                     "case": case, "what": what, "command": command,
                     "rc": runs[-1]["rc"], "traceback": any(r["traceback"] for r in runs),
                     "left_behind": left,
+                    "expected": expected is None
+                    or " ".join(expected.split()) in runs[-1]["output"],
                     "cpu_s": statistics.median(r["cpu_s"] for r in runs),
                     "wall_s": statistics.median(r["wall_s"] for r in runs),
                     "message": runs[-1]["message"],
                 })
     floor_cpu = statistics.median(r["cpu_s"] for r in floor)
     floor_wall = statistics.median(r["wall_s"] for r in floor)
-    print(f"{'case':<16} {'command':<9} {'rc':>3} {'cpu s':>6} {'wall s':>6}  message")
+    width = max([16, *(len(r["case"]) for r in rows)])
+    print(f"{'case':<{width}} {'command':<9} {'rc':>3} {'cpu s':>6} {'wall s':>6}  message")
     for r in rows:
         flags = ("" if r["rc"] == 2 else " [exit != 2]") + (" [traceback]" if r["traceback"]
                                                             else "") \
-            + (" [left a folder]" if r["left_behind"] else "")
-        print(f"{r['case']:<16} {r['command']:<9} {r['rc']:>3} {r['cpu_s']:>6.2f} "
+            + (" [left a folder]" if r["left_behind"] else "") \
+            + ("" if r["expected"] else " [unexpected message]")
+        print(f"{r['case']:<{width}} {r['command']:<9} {r['rc']:>3} {r['cpu_s']:>6.2f} "
               f"{r['wall_s']:>6.2f}  {r['message']}{flags}")
     help_cpu = statistics.median(r["cpu_s"] for r in cli_help)
     print(f"floor (python -c pass): {floor_cpu:.3f} s CPU, {floor_wall:.3f} s wall; "
@@ -157,14 +197,15 @@ def main() -> None:
         mine = [r for r in rows if r["command"] == command]
         cpu = [r["cpu_s"] for r in mine]
         wall = [r["wall_s"] for r in mine]
-        clean = all(r["rc"] == 2 and not r["traceback"] and not r["left_behind"] for r in mine)
+        clean = all(r["rc"] == 2 and not r["traceback"] and not r["left_behind"]
+                    and r["expected"] for r in mine)
         per_command[command] = {
             "median_cpu_s": round(statistics.median(cpu), 3), "max_cpu_s": round(max(cpu), 3),
             "median_wall_s": round(statistics.median(wall), 3),
             "max_wall_s": round(max(wall), 3),
             "all_exit_2": clean,
             "not_clean": [r["case"] for r in mine if r["rc"] != 2 or r["traceback"]
-                          or r["left_behind"]],
+                          or r["left_behind"] or not r["expected"]],
             "target_met": max(cpu) <= TARGET_CPU_S,
         }
         print(f"{command:<9} CPU median {per_command[command]['median_cpu_s']:.2f} s, max "
@@ -174,6 +215,7 @@ def main() -> None:
           f"benchmark took {total:.0f} s")
     print(json.dumps({
         "bench": "reject",
+        "corpus": str(args.corpus) if args.corpus is not None else None,
         "cases": len(cases),
         "repeats": args.repeats,
         "floor_cpu_s": round(floor_cpu, 3),

@@ -159,7 +159,7 @@ def _print_grid(spec, layouts, device: str | None) -> None:
 
 
 def _check_inputs(spec, out: Path | None = None, device: str | None = None,
-                  space: bool = False):
+                  space: bool = False, ray_address: str | None = None):
     """`sweep.study.check_inputs` (and `check_space` when ``space``), exiting 2 on bad input.
 
     Light: run before the command imports torch, MLflow or Optuna, so bad input is refused in
@@ -172,7 +172,7 @@ def _check_inputs(spec, out: Path | None = None, device: str | None = None,
     from sweep.study.preflight import PreflightError, check_inputs, check_space
 
     try:
-        check_inputs(spec, out, device=device)
+        check_inputs(spec, out, device=device, ray_address=ray_address)
         return check_space(spec, device=device) if space else None
     except (DataError, PreflightError) as exc:
         bad_input(str(exc))
@@ -197,6 +197,25 @@ def _load_study_spec(spec_path: str, executor: str | None = None, trials: int | 
         bad_input(str(exc))
 
 
+def _on_cpu_without_gpus(spec, address: str | None):
+    """``--allow-cpu``: the spec with no GPUs per trial where a local Ray would find none.
+
+    Says so in one line on stderr; the spec is unchanged where no fallback is needed.
+    """
+    from sweep.spec import parse_spec
+    from sweep.study.preflight import local_gpus_missing
+
+    reason = local_gpus_missing(spec, address)
+    if reason is None:
+        return spec
+    common.err_console.print(
+        f"note: resources.gpus_per_trial={spec.resources.gpus_per_trial:g}: {reason}; "
+        "--allow-cpu: the trials run on CPU", highlight=False, soft_wrap=True, markup=False)
+    data = spec.to_data()
+    data["resources"]["gpus_per_trial"] = 0
+    return parse_spec(data)
+
+
 @app.command()
 def run(
     spec_path: str = typer.Argument(..., metavar="SPEC", help="Study spec YAML."),
@@ -208,8 +227,15 @@ def run(
     device: str = typer.Option(None, help="Training device (default: CUDA when present)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON line."),
+    allow_cpu: bool = typer.Option(False, "--allow-cpu", help="Ray executor on a local Ray: "
+                                   "where this machine has no GPU, run trials that ask for "
+                                   "resources.gpus_per_trial on CPU instead of refusing."),
 ) -> None:
     """Run a study: search its space, train each trial, track everything in MLflow.
+
+    A Ray study that asks for ``resources.gpus_per_trial`` on a local Ray (no ``--address``
+    nor ``RAY_ADDRESS``) where this machine has no GPU is refused, unless ``--allow-cpu``
+    runs its trials on CPU; a cluster's GPUs are judged once Ray connects to it.
 
     Exits 0 when at least one trial completed, 1 when none did, 2 for bad input, 130 or 143
     when Ctrl-C or SIGTERM stopped it, 3 when it stopped for another cause outside its trials
@@ -219,7 +245,10 @@ def run(
     if address and spec.search.executor != "ray":
         bad_input(f"--address: only the ray executor runs on a Ray cluster; this study's "
                   f"executor is {spec.search.executor} (add --executor ray)")
-    _check_inputs(spec, Path(out) if out else spec.default_output_dir(), device, space=True)
+    if allow_cpu:
+        spec = _on_cpu_without_gpus(spec, address)
+    _check_inputs(spec, Path(out) if out else spec.default_output_dir(), device, space=True,
+                  ray_address=address)
     # Only now the heavy packages (torch, MLflow, Optuna): the input is good as far as the spec
     # and the flags can tell.
     from sweep.data import DataError
@@ -286,6 +315,34 @@ def _print_top_trials(summary, top: int = 5) -> None:
                   highlight=False, soft_wrap=True)
 
 
+def _check_joinable(spec, tracking_uri: str, parent_run_id: str) -> None:
+    """Exit 2 unless the stored study can continue under ``spec`` (as ``sweep run`` resumes).
+
+    Reads the parent run's ``spec.yaml`` and applies `sweep.spec.check_resume_compatible`, with
+    the message ``sweep run`` gives; the allowed differences are printed as warnings.
+    """
+    import yaml
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from sweep.spec.resume import ResumeError, check_resume_compatible
+    from sweep.tracking.study_run import load_stored_spec
+
+    try:
+        stored = load_stored_spec(MlflowClient(tracking_uri), parent_run_id)
+    except (MlflowException, OSError, yaml.YAMLError) as exc:
+        bad_input(f"study {spec.name}: cannot read the spec it stored on parent run "
+                  f"{parent_run_id} ({exc}), so cannot tell whether this spec may join it")
+    try:
+        notes = check_resume_compatible(stored, json.loads(json.dumps(spec.to_data(),
+                                                                      default=str)))
+    except ResumeError as exc:
+        bad_input(str(exc))
+    for note in notes:
+        common.err_console.print(f"warning: joining {spec.name} with a changed spec: {note}",
+                                 highlight=False, soft_wrap=True, markup=False)
+
+
 @app.command()
 def worker(
     spec_path: str = typer.Argument(..., metavar="SPEC", help="Study spec YAML."),
@@ -297,7 +354,9 @@ def worker(
 
     The study must have been started (``sweep run``) with storage and tracking that this
     machine reaches (an RDB ``search.storage`` and an MLflow server ``tracking.uri``, or a
-    shared file system).
+    shared file system). Its spec must be one the stored study can continue under, as ``sweep
+    run`` requires to resume (`sweep.spec.check_resume_compatible` against the parent run's
+    ``spec.yaml``). Exits 2, adding no trial, when it is not, or when the study is not found.
     """
     spec = _load_study_spec(spec_path, "optuna")
     if spec.scaling is not None:
@@ -333,5 +392,6 @@ def worker(
         bad_input(f"no Optuna study {spec.name!r} in search.storage "
                   f"{shown_uri(storage)}; start it with sweep run (with the "
                   "same storage and --out)")
+    _check_joinable(spec, uri, found[1])
     ctx = StudyContext(spec, out_dir, TrialContext(uri, *found), device=device)
     optuna_executor.run_worker(ctx, trials)

@@ -15,10 +15,14 @@ them again (milliseconds), then checks the stores, the cluster and the corpus's 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
+import sqlite3
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +34,8 @@ if TYPE_CHECKING:
     from sweep.data import Corpus
     from sweep.space import SpaceSummary
 
-__all__ = ["TRACKING_SCHEMES", "PreflightError", "check_inputs", "check_space", "preflight"]
+__all__ = ["TRACKING_SCHEMES", "PreflightError", "check_gpus", "check_inputs", "check_space",
+           "check_stores", "local_gpus_missing", "preflight"]
 
 #: Schemes of an MLflow tracking URI that a study accepts: a tracking server, a database
 #: (``postgresql+psycopg2`` and other drivers included) or a local folder (``file``, or a path
@@ -87,7 +92,230 @@ def _check_tracking_uri(spec: StudySpec) -> None:
                          "path")
 
 
-def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None = None) -> None:
+_SQLITE_HEADER = b"SQLite format 3\x00"
+#: Tables by which a SQLite file is recognised as an Optuna storage or an MLflow store.
+_OPTUNA_TABLES = frozenset({"studies", "version_info"})
+_MLFLOW_TABLES = frozenset({"experiments", "runs"})
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a ``sqlite:///PATH`` URL (``sqlite+DRIVER:///`` too), else None.
+
+    None for other schemes and for an in-memory database (``sqlite://``, ``:memory:``). A
+    relative ``PATH`` is relative to the current folder, as SQLAlchemy and MLflow read it.
+    """
+    match = re.fullmatch(r"sqlite(\+\w+)?:///([^?]*)(\?.*)?", url, flags=re.DOTALL)
+    if match is None or match.group(2) in ("", ":memory:"):
+        return None
+    return Path(match.group(2))
+
+
+def _sqlite_tables(path: Path) -> set[str] | None:
+    """The table names of the SQLite database ``path``, read-only; None if it is not one.
+
+    The file is opened with ``mode=ro``, so neither it nor its mtime changes.
+    """
+    with path.open("rb") as f:
+        if f.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:
+            return None
+    con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=10)
+    try:
+        rows = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    except sqlite3.DatabaseError:
+        return None
+    finally:
+        con.close()
+    return {name for (name,) in rows}
+
+
+@contextlib.contextmanager
+def _reading_store(db: Path) -> Iterator[None]:
+    """A shared lock on ``<db>.lock`` while ``db`` is read, where that lock file exists.
+
+    It exists where this service creates or migrates the store
+    (`sweep.tracking.uris.store_lock`, which holds it exclusively meanwhile), so another
+    driver's half-migrated database is never read; nothing is created here.
+    """
+    try:
+        import fcntl
+
+        lock = open(f"{db}.lock", "rb")  # noqa: SIM115 (closed below)
+    except (ImportError, OSError):  # no lock file: no driver of ours is creating this store
+        yield
+        return
+    try:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        yield
+    finally:
+        lock.close()
+
+
+def _what_file(path: Path, tables: set[str] | None) -> str:
+    """What the file ``path`` is, for a message: a folder, a SQLite database and its tables..."""
+    if path.is_dir():
+        return "a folder"
+    size = path.stat().st_size
+    if tables is not None:
+        if _OPTUNA_TABLES <= tables:
+            return "an Optuna storage database"
+        if _MLFLOW_TABLES <= tables:
+            return "an MLflow tracking database"
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        return f"a SQLite database of {size:,} bytes with tables {shown}"
+    with path.open("rb") as f:
+        head = f.read(200)
+    try:
+        line = head.decode().splitlines()[0] if head.strip() else ""
+    except UnicodeDecodeError:
+        return f"a binary file of {size:,} bytes"
+    return f"a text file of {size:,} bytes starting {line[:40]!r}"
+
+
+def _is_optuna_journal(path: Path) -> bool:
+    """Whether ``path`` is empty or its first record is an Optuna journal record.
+
+    Optuna's journal holds one JSON object per line, each with an integer ``op_code`` and a
+    ``worker_id``; a first line cut short by a crash counts when it starts as Optuna writes it.
+    """
+    with path.open("rb") as f:
+        head = f.read(1 << 16)
+    if not head:
+        return True
+    first, newline, _ = head.partition(b"\n")
+    try:
+        record = json.loads(first)
+    except ValueError:
+        return not newline and len(head) < 1 << 16 and first.startswith(b'{"op_code":')
+    return (isinstance(record, dict) and type(record.get("op_code")) is int
+            and isinstance(record.get("worker_id"), str))
+
+
+def check_stores(spec: StudySpec, out: Path | None = None) -> None:
+    """Refuse store files that exist and are not what the study would write there.
+
+    A study never writes to a file it did not create or recognise. An existing Optuna storage
+    file (``search.storage`` as a journal path, or a ``sqlite:///`` file; default
+    ``<out>/optuna.journal``) must be empty or an Optuna journal (its first line a journal
+    record), or a SQLite database with Optuna's tables (``studies``, ``version_info``) or none.
+    An existing MLflow SQLite store (``tracking.uri`` or ``MLFLOW_TRACKING_URI`` as
+    ``sqlite:///``; default ``<out>/mlflow.db``) must be empty or hold MLflow's tables
+    (``experiments``, ``runs``) or none. The two may not be one file. Files are only read:
+    SQLite databases are opened read-only (``mode=ro``), so their bytes and mtime stay as
+    they are. Files that do not exist yet, RDB servers and tracking servers are not checked
+    here (`preflight` connects to them).
+
+    Args:
+        spec: The study spec.
+        out: The study's output folder (``--out``, default ``./runs/<name>``), which holds
+            the default stores; None (``sweep validate``) checks only the files the spec or
+            ``MLFLOW_TRACKING_URI`` names.
+
+    Raises:
+        PreflightError: Naming ``search.storage`` or the tracking URI's source, the file and
+            what it is.
+    """
+    storage = spec.search.storage or (str(out / "optuna.journal") if out is not None else None)
+    storage_source = ("search.storage" if spec.search.storage
+                      else f"search.storage (default, in --out {out})")
+    tracking = spec.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    tracking_source = spec.tracking_uri_source() if tracking else f"--out {out}"
+    tracking_file = (sqlite_file(tracking) if tracking
+                     else out / "mlflow.db" if out is not None else None)
+    if storage is None:
+        storage_file, journal = None, False
+    elif "://" not in storage:
+        storage_file, journal = Path(storage), True
+    else:
+        storage_file, journal = sqlite_file(storage), False
+    if (storage_file is not None and tracking_file is not None
+            and os.path.abspath(storage_file) == os.path.abspath(tracking_file)):
+        raise PreflightError(f"{storage_source} and {tracking_source} name one file, "
+                             f"{storage_file}; Optuna and MLflow each need a store of their own")
+    if storage_file is not None and storage_file.exists():
+        tables = None if storage_file.is_dir() else _sqlite_tables(storage_file)
+        if journal:
+            ok = storage_file.is_file() and tables is None and _is_optuna_journal(storage_file)
+        else:
+            ok = storage_file.is_file() and (
+                storage_file.stat().st_size == 0 or tables is not None
+                and (not tables or _OPTUNA_TABLES <= tables))
+        if not ok:
+            hint = (f"; for an Optuna SQLite storage write sqlite:///{storage_file}"
+                    if journal and tables is not None and _OPTUNA_TABLES <= tables else
+                    "; point it at a new file, or at an Optuna storage")
+            raise PreflightError(
+                f"{storage_source} {storage}: {storage_file} is "
+                f"{_what_file(storage_file, tables)}, not an Optuna "
+                f"{'journal' if journal else 'storage database'}; the study writes only to a "
+                f"storage it created or recognises, and leaves this file as it is{hint}")
+    if tracking_file is not None and tracking_file.exists():
+        with _reading_store(tracking_file):
+            tables = None if tracking_file.is_dir() else _sqlite_tables(tracking_file)
+        ok = tracking_file.is_file() and (
+            tracking_file.stat().st_size == 0 or tables is not None
+            and (not tables or _MLFLOW_TABLES <= tables))
+        if not ok:
+            raise PreflightError(
+                f"{tracking_source} sqlite:///{tracking_file}: {tracking_file} is "
+                f"{_what_file(tracking_file, tables)}, not an MLflow tracking store; the study "
+                "writes only to a store it created or recognises, and leaves this file as it "
+                "is; point the tracking URI at a new file, or at an MLflow store")
+
+
+def _local_ray(ray_address: str | None) -> bool:
+    """Whether the study starts a Ray of its own on this machine (no cluster address)."""
+    address = ray_address or os.environ.get("RAY_ADDRESS")
+    return not address or address == "local"
+
+
+def _no_local_gpu() -> str | None:
+    """Why a Ray started here would find no GPU, found without torch; None if it may find one."""
+    if no_cuda_driver():
+        return "this machine has no GPU (no NVIDIA or ROCm driver found)"
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return "this machine shows Ray no GPU (CUDA_VISIBLE_DEVICES is empty)"
+    return None
+
+
+def local_gpus_missing(spec: StudySpec, ray_address: str | None = None) -> str | None:
+    """Why a Ray study's ``resources.gpus_per_trial`` cannot be met here, or None.
+
+    Decided only for a local Ray (no ``ray_address`` and no ``RAY_ADDRESS``, or ``local``):
+    its GPUs are this machine's, and a machine with no CUDA driver
+    (`sweep.train.cuda_probe.no_cuda_driver`, no torch needed) or an empty
+    ``CUDA_VISIBLE_DEVICES`` has none. A remote cluster's GPUs are known only once Ray connects
+    (``sweep.executors.ray.trial_resources``); a machine with a driver is left to Ray too.
+
+    Returns:
+        The reason (for a message), or None when the study asks for no GPU, is not a Ray
+        study, runs on a cluster, or may find a GPU here.
+    """
+    if spec.search.executor != "ray" or not spec.resources.gpus_per_trial:
+        return None
+    if not _local_ray(ray_address):
+        return None
+    return _no_local_gpu()
+
+
+def check_gpus(spec: StudySpec, ray_address: str | None = None) -> None:
+    """Refuse a Ray study that asks for GPUs per trial on a local Ray with no GPU.
+
+    See `local_gpus_missing` for what is decided here; ``sweep run --allow-cpu`` sets
+    ``resources.gpus_per_trial`` to 0 instead (trials on CPU).
+
+    Raises:
+        PreflightError: Naming ``resources.gpus_per_trial`` and why this machine has no GPU.
+    """
+    reason = local_gpus_missing(spec, ray_address)
+    if reason is not None:
+        raise PreflightError(
+            f"resources.gpus_per_trial={spec.resources.gpus_per_trial:g}: {reason}, and the "
+            "study would run on a local Ray; add --allow-cpu to run the trials on CPU, or give "
+            "--address (or RAY_ADDRESS) of a Ray cluster with GPUs")
+
+
+def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None = None,
+                 ray_address: str | None = None) -> None:
     """Check what the spec and flags name, without loading torch, MLflow or Optuna.
 
     The training device (``device``, the ``--device`` flag, else each value ``train.device``
@@ -95,11 +323,16 @@ def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None
     other device names (``cuda`` where a driver is present, ``mps``...) load torch to decide.
     The tracking URI (``tracking.uri``, else ``MLFLOW_TRACKING_URI``) has a scheme of
     `TRACKING_SCHEMES`. The output folder ``out`` (when given) is not a file nor the current
-    folder. The corpus URI's scheme, parameters and paths (`sweep.data.check_corpus`).
+    folder. The store files named by the spec or in ``out`` are ones the study may write to
+    (`check_stores`). For a study about to run here (``out`` given; ``sweep validate`` judges
+    the spec alone), a Ray study's ``resources.gpus_per_trial`` on a local Ray with no GPU
+    (`check_gpus`; ``ray_address`` is ``--address``). The corpus URI's scheme, parameters and
+    paths (`sweep.data.check_corpus`).
 
     Raises:
         PreflightError: Naming the flag or field (``--device``, ``train.device``,
-            ``tracking.uri``, ``MLFLOW_TRACKING_URI``, ``--out``) and the rule.
+            ``tracking.uri``, ``MLFLOW_TRACKING_URI``, ``--out``, ``search.storage``,
+            ``resources.gpus_per_trial``) and the rule.
         sweep.data.DataError: For the corpus, naming its URI.
     """
     if device is not None:
@@ -113,6 +346,8 @@ def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None
             raise PreflightError(f"--out {out}: is a file, not a folder")
         if str(out) in ("", "."):
             raise PreflightError("--out: give the study its own folder, not the current one")
+        check_gpus(spec, ray_address)
+    check_stores(spec, out)
     check_corpus(spec.data.uri, vocab_size=spec.data.vocab_size)
 
 
@@ -163,7 +398,7 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
     from sweep import tracking
     from sweep.data import load_corpus
 
-    check_inputs(spec, out, device=device)
+    check_inputs(spec, out, device=device, ray_address=ray_address)
     summary = check_space(spec, device=device, n_samples=n_samples)
     try:
         tracking.check_reachable(spec.tracking_uri(out), spec.tracking_uri_source())

@@ -46,7 +46,8 @@ def check_storage(url: str, *, timeout_s: int = 10) -> None:
 
     Opens one connection with SQLAlchemy (what Optuna's ``RDBStorage`` uses), with a
     ``timeout_s`` connect timeout for PostgreSQL and MySQL. Journal file paths and SQLite files
-    are not checked (created on first use).
+    are created on first use; an existing one is checked, read-only, by
+    `sweep.study.preflight.check_stores` (an Optuna journal or database, else refused).
 
     Args:
         url: ``search.storage`` as resolved (`sweep.spec.StudySpec.storage_url`).

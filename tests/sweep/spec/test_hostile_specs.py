@@ -1,4 +1,5 @@
-"""Malformed and hostile spec files: each is refused with one line naming what is wrong.
+"""Malformed and hostile spec files: each is refused with one line naming what is wrong, by
+``sweep validate``, ``sweep run`` and ``sweep worker`` alike, with nothing written.
 
 Every file in ``hostile/`` starts with ``# expect: TEXT``: the field path (or, for a problem
 of the whole file, the words) the one problem must contain. Files that cannot carry that line
@@ -85,3 +86,38 @@ def test_validate_exits_2_for_every_corpus_file_and_writes_nothing(tmp_path, mon
         assert "Traceback" not in result.output, (path.name, result.output)
     assert listing(work) == []
     assert listing(inputs) == ["empty.yaml", "oversize.yaml"]
+
+
+def test_run_and_worker_refuse_every_corpus_file_as_validate_does(tmp_path, monkeypatch):
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    cases = {path: expectation(path) for path in FILES}
+    cases.update(made_files(inputs))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    corpus = listing(HOSTILE)
+    runner = CliRunner()
+    for path, expected in cases.items():
+        messages = {}
+        for command in ("validate", "run", "worker"):
+            args = [command, os.fspath(path)]
+            if command != "validate":
+                args += ["--out", os.fspath(work / "out" / f"{path.stem}-{command}")]
+            result = runner.invoke(app, args)
+            assert result.exit_code == 2, (path.name, command, result.output)
+            assert "Traceback" not in result.output, (path.name, command, result.output)
+            errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+            assert len(errors) == 1, (path.name, command, result.output)
+            messages[command] = " ".join(result.output.split())
+            assert " ".join(expected.split()) in messages[command], \
+                (path.name, command, result.output)
+        # None of these needs data or a server: every command says the same.
+        assert messages["run"] == messages["validate"] == messages["worker"], (path.name,
+                                                                                messages)
+    # No output folder, MLflow store or Optuna study anywhere.
+    assert listing(work) == []
+    assert listing(inputs) == ["empty.yaml", "oversize.yaml"]
+    assert listing(HOSTILE) == corpus
