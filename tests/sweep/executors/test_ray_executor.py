@@ -169,7 +169,7 @@ def test_asha_stops_trials_that_learn_nothing_early(tmp_path):
         assert last.step < TRAINED
         assert last.value > good[last.step]  # stopped for being worse at the same tokens
     assert summary.counts == {"COMPLETE": 1, "PRUNED": 2, "FAILED": 0, "INFEASIBLE": 0,
-                              "DIVERGED": 0, "RUNNING": 0}
+                              "DIVERGED": 0, "RUNNING": 0, "INTERRUPTED": 0}
     # ASHA's top rung (just below the budget here) never sees a bare evaluation at the end of
     # the budget: only the final report, with the trial's state, reaches it.
     for result_file in (tmp_path / "ray").glob("*/*/result.json"):
