@@ -1,6 +1,7 @@
 """Ray Tune executor: a `Tuner` with `OptunaSearch` and a trial scheduler, trials in Ray actors.
 
-Search: ``OptunaSearch`` drives the same Optuna sampler as the Optuna executor
+Search: ``OptunaSearch`` (`StudySearch`, which tells each trial's Optuna state as the Optuna
+executor does) drives the same Optuna sampler as the Optuna executor
 (`sweep.space.make_sampler`) over the same define-by-run space (`sweep.space.define_by_run`);
 the metric is ``val_loss`` (mode ``min``), or the list of ``search.objectives`` with their
 directions for a multi-objective study. Trial numbers are the Optuna trial numbers of
@@ -25,13 +26,13 @@ from typing import Any
 import optuna
 import ray
 from ray import tune
-from ray.tune.search.optuna import OptunaSearch
 
 from sweep import space
 from sweep.executors.ray.callback import StudyCallback
 from sweep.executors.ray.connection import init_ray, trial_resources
 from sweep.executors.ray.pbt import initial_population, pbt_trainable, pick
 from sweep.executors.ray.schedulers import make_scheduler
+from sweep.executors.ray.searcher import StudySearch
 from sweep.executors.ray.trainable import search_trainable
 from sweep.schema import CONFIG_MEMBER, CONFIG_TRIAL_NUMBER, METRIC_VAL_LOSS
 from sweep.spec import StudySpec
@@ -125,7 +126,7 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
         else:
             metric = list(spec.search.objectives) if multi else METRIC_VAL_LOSS
             modes = ["min" if d == "minimize" else "max" for d in spec.search.directions]
-            searcher = OptunaSearch(space=_SearchSpace(spec, offset), metric=metric,
+            searcher = StudySearch(space=_SearchSpace(spec, offset), metric=metric,
                                     mode=modes if multi else modes[0],
                                     sampler=space.make_sampler(spec),
                                     points_to_evaluate=[dict(p) for p in ctx.points] or None)
