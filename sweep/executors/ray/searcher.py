@@ -99,18 +99,18 @@ class StudySearch(OptunaSearch):
 
         Each is added with the distributions this spec's space gives its params
         (`sweep.space.define_by_run` on a fixed trial), so the sampler models them as its own.
-
-        Raises:
-            ValueError: A param outside this spec's space (the spec changed incompatibly).
+        A trial whose params this space cannot take (a param missing, or outside its domain) is
+        left out, and the count says so.
         """
         n = 0
         for params, state, value in trials:
             fixed = optuna.trial.FixedTrial(params)
-            self._space(fixed)  # the space's define-by-run calls, at these params
+            try:
+                self._space(fixed)  # the space's define-by-run calls, at these params
+            except ValueError as exc:
+                log.info("finished trial not given to the searcher: %s", exc)
+                continue
             distributions = fixed.distributions
-            missing = set(distributions) - set(params)
-            if missing:
-                raise ValueError(f"finished trial lacks params {sorted(missing)}")
             kept = {k: params[k] for k in distributions}
             if state is OptunaState.COMPLETE and value is None:
                 state = OptunaState.FAIL
@@ -118,6 +118,23 @@ class StudySearch(OptunaSearch):
             self._ot_study.add_trial(optuna.trial.create_trial(
                 state=state, params=kept, distributions=distributions,
                 value=None if multi or state is not OptunaState.COMPLETE else value,
-                values=value if multi and state is OptunaState.COMPLETE else None))
+                values=value if multi and state is OptunaState.COMPLETE else None,
+                system_attrs=_grid_attrs(self._sampler, kept)))
             n += 1
         return n
+
+
+def _grid_attrs(sampler: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``GridSampler`` marks its own trials with (``grid_id``), for an added trial.
+
+    ``GridSampler`` skips the grid points of finished trials carrying ``grid_id`` and its search
+    space; a trial added without them would leave its point to be trained again.
+    """
+    if not isinstance(sampler, optuna.samplers.GridSampler):
+        return {}
+    point = tuple(params.get(name) for name in sampler._param_names)
+    try:
+        grid_id = sampler._all_grids.index(point)
+    except ValueError:
+        return {}
+    return {"grid_id": grid_id, "search_space": sampler._search_space}
