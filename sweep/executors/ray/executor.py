@@ -10,6 +10,14 @@ the trainable in its config (`sweep.schema.CONFIG_TRIAL_NUMBER`). ``search.paral
 concurrent trials of a search; PBT members share what the cluster's CPUs/GPUs allow
 (``resources``), and members waiting for a slot are paused and resumed from their own
 checkpoints. GPUs per trial are requested only when the cluster has GPUs.
+
+Rerun (a killed driver, then the same study again): the trials the study holds in MLflow are
+read first; only finished ones (`sweep.schema.TrialState.finished`) count toward ``n_trials``,
+and every held number stays taken. A searched study's new ``StudySearch`` is given the finished
+trials (`StudySearch.seed_trials`) and a sampler seed moved on by the next trial number, in a
+new Tune experiment; the Tune experiment of the killed run is not restored, since its snapshot
+(saved every few seconds) may list trials that finished after it as still to run. One line
+(``ray: resuming ...``) says what was done.
 """
 
 from __future__ import annotations
