@@ -44,6 +44,7 @@ __all__ = [
     "EVAL_METRICS",
     "FAIL_REASON_ARTIFACT",
     "KIND_STUDY",
+    "LOSS_METRICS",
     "METRIC_BASELINE",
     "METRIC_BEST_VAL_LOSS",
     "METRIC_BRANCH_TOKENS",
@@ -219,6 +220,8 @@ COST_METRICS = (
 )
 #: What each evaluation reports, with step = tokens seen.
 EVAL_METRICS = (METRIC_VAL_LOSS, METRIC_TRAIN_LOSS, METRIC_TOKENS_PER_S, METRIC_LR, METRIC_VAL_BPB)
+#: The evaluation metrics that are losses: a DIVERGED trial's end in one nan (see TrialRun.end).
+LOSS_METRICS = (METRIC_VAL_LOSS, METRIC_TRAIN_LOSS, METRIC_VAL_BPB)
 #: A trial's totals, logged once at its end.
 RESULT_METRICS = (METRIC_TOKENS, "steps", METRIC_WALL_S, METRIC_TRAIN_FLOPS, "mfu",
                   METRIC_FINAL_VAL_LOSS)

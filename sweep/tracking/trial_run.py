@@ -5,8 +5,11 @@ evaluations and the final state.
 
 Every write goes through `mlflow.MlflowClient` with an explicit run id (never the fluent
 active-run stack), so trials in threads, processes or Ray workers on other machines do not
-collide. Values are batched with ``log_batch``. Non-finite losses are never written, so
-``ORDER BY metrics.best_val_loss ASC`` never ranks a diverged trial first.
+collide. Values are batched with ``log_batch``. Non-finite values are never written, but for
+one: a DIVERGED trial's loss metrics end in a nan at the step where it diverged, and it logs no
+``final_val_loss`` or ``best_val_loss``, so MLflow (which orders nan after every number, in
+either direction, and runs without the metric after that) never ranks a diverged trial first by
+any loss metric.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from mlflow.utils.validation import (
 
 from sweep.schema import (
     FAIL_REASON_ARTIFACT,
+    LOSS_METRICS,
     METRIC_BEST_VAL_LOSS,
+    METRIC_FINAL_VAL_LOSS,
     METRIC_TOKENS,
     METRIC_VAL_LOSS,
     RESULT_METRICS,
@@ -85,6 +90,9 @@ class TrialRun:
         self.state = TrialState.RUNNING
         self.best_val_loss = math.inf
         self.last_step = -1
+        self._last_loss_step = -1  # the last step a finite val_loss was logged at
+        self._diverged_at = -1  # tokens of a DIVERGED result (`log_result`)
+        self._losses: set[str] = set()  # loss metrics logged (their last value is finite)
         self._params: dict[str, str] = {}
         self._detached = False
         self._heartbeat: Heartbeat | None = None
@@ -183,8 +191,10 @@ class TrialRun:
         Matches `sweep.train.Reporter.report`; tracks the best finite ``val_loss`` seen.
         """
         value = metrics.get(METRIC_VAL_LOSS)
-        if finite(value) and float(value) < self.best_val_loss:
-            self.best_val_loss = float(value)
+        if finite(value):
+            self.best_val_loss = min(self.best_val_loss, float(value))
+            self._last_loss_step = max(self._last_loss_step, int(tokens))
+        self._losses.update(k for k in LOSS_METRICS if finite(metrics.get(k)))
         self.last_step = max(self.last_step, int(tokens))
         self.log_metrics(metrics, step=int(tokens))
 
@@ -210,7 +220,9 @@ class TrialRun:
 
         A ``RUNNING`` result (training paused between chunks, e.g. for PBT) leaves the run open.
         History points after the last reported step are logged (so a runner that reported live
-        is not logged twice); ``best_val_loss`` only for COMPLETE/PRUNED trials with a finite one.
+        is not logged twice); ``best_val_loss`` only for COMPLETE/PRUNED trials with a finite one,
+        ``final_val_loss`` for every state but DIVERGED (whose last finite loss must not rank it;
+        see `end`).
         """
         data = result.to_dict() if hasattr(result, "to_dict") else dict(result)
         for point in data.get("history") or []:
@@ -219,8 +231,11 @@ class TrialRun:
                 self.report(tokens, {k: v for k, v in point.items() if k != METRIC_TOKENS})
         if finite(data.get(METRIC_BEST_VAL_LOSS)):
             self.best_val_loss = min(float(data[METRIC_BEST_VAL_LOSS]), self.best_val_loss)
-        self.log_metrics({k: data.get(k) for k in RESULT_METRICS})
         state = TrialState(data.get("state", TrialState.COMPLETE))
+        skip = METRIC_FINAL_VAL_LOSS if state is TrialState.DIVERGED else None
+        self.log_metrics({k: data.get(k) for k in RESULT_METRICS if k != skip})
+        if state is TrialState.DIVERGED and finite(data.get(METRIC_TOKENS)):
+            self._diverged_at = int(data[METRIC_TOKENS])
         if state.is_final:
             self.end(state, fail_reason=data.get("fail_reason"))
 
@@ -229,7 +244,10 @@ class TrialRun:
         """End the run in ``state`` (a final `TrialState`) and record the reason.
 
         A reason longer than the tag limit is truncated in the tag; the whole reason and
-        ``detail`` (a traceback) go to artifact ``fail_reason.txt``.
+        ``detail`` (a traceback) go to artifact ``fail_reason.txt``. A DIVERGED run's loss
+        metrics (`sweep.schema.LOSS_METRICS` it logged) get one nan at the step it diverged
+        (its result's tokens, and after its last finite ``val_loss``), so their latest value,
+        the one ``search_runs(order_by=...)`` sorts by, is not its last finite loss.
 
         Raises:
             ValueError: For an unknown state.
@@ -245,6 +263,10 @@ class TrialRun:
         if state in (TrialState.COMPLETE, TrialState.PRUNED) and finite(self.best_val_loss):
             metrics[METRIC_BEST_VAL_LOSS] = self.best_val_loss
         self.log_metrics(metrics)
+        if state is TrialState.DIVERGED and self._losses:
+            step = max(self._diverged_at, self._last_loss_step + 1, 0)
+            ts = now_ms()
+            self._log(metrics=[Metric(k, math.nan, ts, step) for k in sorted(self._losses)])
         tags = [RunTag(TAG_STATE, state.value)]
         if fail_reason or detail:
             reason = fail_reason or detail.strip().splitlines()[-1]
@@ -318,7 +340,10 @@ class TrialContext:
         trial._params = dict(run.data.params)
         history = client.get_metric_history(run_id, METRIC_VAL_LOSS)
         trial.last_step = max((m.step for m in history), default=-1)
-        trial.best_val_loss = min((m.value for m in history), default=math.inf)
+        finite_history = [m for m in history if finite(m.value)]
+        trial.best_val_loss = min((m.value for m in finite_history), default=math.inf)
+        trial._last_loss_step = max((m.step for m in finite_history), default=-1)
+        trial._losses = {k for k in LOSS_METRICS if finite(run.data.metrics.get(k))}
         running = RunStatus.to_string(RunStatus.RUNNING)
         if run.info.status != running:
             client.update_run(run_id, status=running)

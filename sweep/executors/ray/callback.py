@@ -6,7 +6,11 @@ record it (a scheduler's stop ends them ``PRUNED``, with the tokens they had tra
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import re
+from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
@@ -29,8 +33,43 @@ from sweep.study.progress import ProgressView, TrialRow
 from sweep.study.trial import StudyContext
 from sweep.tracking import find_trial_run
 
-__all__ = ["StudyCallback"]
+__all__ = ["StudyCallback", "trial_error"]
 
+
+def trial_error(trial: Any) -> tuple[str, str | None]:
+    """Why a Ray trial errored: ``("<ExceptionType>: <message>", traceback text or None)``.
+
+    The exception the trainable raised, unwrapped from Ray's ``RayTaskError`` (whose text holds
+    the remote traceback); a worker that died (``RayActorError``: killed, out of memory) is
+    named as such. Read from the files Ray writes into the trial's folder on the driver before
+    it calls the callbacks (the pickled error, else the error text), which reach the storage
+    path only later.
+    """
+    import cloudpickle
+
+    exc = None
+    with contextlib.suppress(Exception):  # no file, or an error that does not unpickle
+        path = trial.pickled_error_file
+        if path and os.path.exists(path):
+            with open(path, "rb") as f:
+                exc = cloudpickle.load(f)
+    if isinstance(exc, BaseException):
+        detail = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # Ray colours the worker name
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, BaseException):
+            exc = cause
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        return (f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__), detail
+    text = None
+    with contextlib.suppress(Exception):
+        path = trial.error_file
+        if path and os.path.exists(path):
+            text = Path(path).read_text()
+    lines = [ln.strip() for ln in (text or "").splitlines()
+             if ln.strip() and not ln.startswith("Failure # ")]
+    if lines:
+        return lines[-1], text
+    return "the trial errored and Ray kept no error", None
 
 
 class StudyCallback(tune.Callback):
@@ -98,20 +137,20 @@ class StudyCallback(tune.Callback):
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         row = self._row(trial)
         row.state = TrialState.FAILED
-        reason = (getattr(trial, "error_msg", None) or "trial raised").strip()
-        row.reason = reason.splitlines()[-1][:300] if reason else None
-        self._end_run(trial, TrialState.FAILED, row.reason, trial.last_result or {})
+        reason, detail = trial_error(trial)
+        row.reason = reason[:300]
+        self._end_run(trial, TrialState.FAILED, reason, trial.last_result or {}, detail=detail)
         self._show()
 
     def _end_run(self, trial: Any, state: str, reason: str | None,
-                 last: dict[str, Any]) -> None:
+                 last: dict[str, Any], *, detail: str | None = None) -> None:
         """End the trial's MLflow run in ``state`` unless the trial already ended it."""
         self._best = math.nan
         number = self._number(trial)
         run_id = last.get(ATTR_RUN_ID) or find_trial_run(self.ctx.tracking, number)
         if run_id is None:  # failed before its run was created
             with self.ctx.tracking.start_trial(number, trial_params(trial.config)) as run:
-                run.end(state, fail_reason=reason)
+                run.end(state, fail_reason=reason, detail=detail)
             return
         tags = MlflowClient(self.ctx.tracking.tracking_uri).get_run(run_id).data.tags
         if tags.get(TAG_STATE, TrialState.RUNNING) != TrialState.RUNNING:
@@ -119,6 +158,6 @@ class StudyCallback(tune.Callback):
         run = self.ctx.tracking.attach_trial(run_id)
         if METRIC_TOKENS in last:
             run.log_metrics({METRIC_TOKENS: last[METRIC_TOKENS]})
-        run.end(state, fail_reason=reason)
+        run.end(state, fail_reason=reason, detail=detail)
         if math.isfinite(run.best_val_loss):
             self._best = run.best_val_loss

@@ -9,6 +9,7 @@ under the Optuna executor); trials that raise end ``FAILED`` and the study conti
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from models.errors import ConfigError
@@ -33,9 +34,10 @@ def search_trainable(ctx: StudyContext):
     """The function trainable of ``ctx``'s searched trials (picklable closure over ``ctx``).
 
     Ray passes each trial's config: the sampled params under dotted keys and the trial number
-    (`sweep.schema.CONFIG_TRIAL_NUMBER`). The trial's last report carries its state, run id
-    and ``val_loss`` = its best val loss (what the Optuna executor tells its sampler), or the
-    corpus's unigram baseline for an infeasible config.
+    (`sweep.schema.CONFIG_TRIAL_NUMBER`). The trial's last report carries its state (which
+    `sweep.executors.ray.searcher.StudySearch` turns into the Optuna trial's state), run id and
+    ``val_loss`` = its best val loss (what the Optuna executor tells its sampler), nan for a
+    diverged trial, or the corpus's unigram baseline for an infeasible config.
     """
     spec = ctx.spec
 
@@ -62,7 +64,10 @@ def search_trainable(ctx: StudyContext):
         if outcome.state is TrialState.INFEASIBLE:
             final[METRIC_VAL_LOSS] = ctx.corpus().baseline_unigram_loss
         else:
-            final[METRIC_VAL_LOSS] = outcome.best_val_loss  # nan (DIVERGED): Optuna records FAIL
+            # A diverged trial's loss ranks nowhere (`StudySearch` tells it FAIL; Tune's own
+            # best-result filters nan); its best finite loss still shows in the progress view.
+            final[METRIC_VAL_LOSS] = (math.nan if outcome.state is TrialState.DIVERGED
+                                      else outcome.best_val_loss)
             final[METRIC_BEST_VAL_LOSS] = outcome.best_val_loss
         if outcome.reason:
             final[ATTR_REASON] = outcome.reason[:500]

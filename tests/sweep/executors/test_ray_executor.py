@@ -169,7 +169,7 @@ def test_asha_stops_trials_that_learn_nothing_early(tmp_path):
         assert last.step < TRAINED
         assert last.value > good[last.step]  # stopped for being worse at the same tokens
     assert summary.counts == {"COMPLETE": 1, "PRUNED": 2, "FAILED": 0, "INFEASIBLE": 0,
-                              "DIVERGED": 0, "RUNNING": 0}
+                              "DIVERGED": 0, "RUNNING": 0, "INTERRUPTED": 0}
     # ASHA's top rung (just below the budget here) never sees a bare evaluation at the end of
     # the budget: only the final report, with the trial's state, reaches it.
     for result_file in (tmp_path / "ray").glob("*/*/result.json"):
@@ -321,3 +321,28 @@ def test_pbt_mutations_stay_in_their_domain():
         assert 1e-3 <= new["train.lr"] <= 3e-2 and 0.0 <= new["model.dropout"] <= 0.2
         assert new["train.lr"] in (3e-2, pytest.approx(3e-2 * 0.8))
     assert ray_executor.member_index("a1b2c_00003") == 3
+
+
+@pytest.mark.parametrize("domain, expected", [
+    ({"int": [1, 4]}, {1, 2, 3, 4}),
+    ({"int": [1, 7], "step": 2}, {1, 3, 5, 7}),
+    ({"int": [1, 4], "log": True}, {1, 2, 3, 4}),
+])
+def test_pbt_resamples_integers_with_both_bounds(domain, expected):
+    from ray.tune.schedulers.pbt import _explore
+
+    from sweep.executors import ray as ray_executor
+
+    spec = make_spec("ray-pbt-int", train={"schedule": "constant", "grad_clip": 1.0}, search={
+        "scheduler": "pbt", "n_trials": 2,
+        "pbt": {"perturbation_interval": 4096, "resample_probability": 1.0,
+                "hyperparam_mutations": {"grad_clip": domain}}})
+    scheduler = ray_executor.make_scheduler(spec)
+    config = {"train.grad_clip": 2, "sweep.member": 0}
+    drawn = set()
+    for _ in range(400):  # P(one of 4 values never drawn) < 4 * 0.85**400
+        new, _ = _explore(config, scheduler._hyperparam_mutations, 1.0, (1.2, 0.8),
+                          scheduler._custom_explore_fn)
+        assert isinstance(new["train.grad_clip"], int)
+        drawn.add(new["train.grad_clip"])
+    assert drawn == expected

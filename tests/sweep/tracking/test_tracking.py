@@ -273,11 +273,13 @@ def test_val_loss_history_has_tokens_as_steps(fake):
     assert histories == {run.info.run_id: list(zip(TOKENS, [2.8, 2.2, 2.1], strict=True))}
 
 
-def test_diverged_trial_logs_no_nan_and_never_ranks_first(fake):
+def test_diverged_trial_ends_its_losses_in_nan_and_never_ranks_first(fake):
     client, children = fake["client"], fake["children"]
     diverged = children[2]
     history = client.get_metric_history(diverged.info.run_id, schema.METRIC_VAL_LOSS)
-    assert [(m.step, m.value) for m in history] == [(1000, 3.1)]
+    # The nan its runner reported is not logged; one nan marks where it diverged (tokens).
+    assert [(m.step, m.value) for m in history][:1] == [(1000, 3.1)]
+    assert [m.step for m in history] == [1000, 2000] and math.isnan(history[1].value)
     assert schema.METRIC_BEST_VAL_LOSS not in diverged.data.metrics
     assert schema.METRIC_FINAL_VAL_LOSS not in diverged.data.metrics
     assert diverged.data.tags[schema.TAG_FAIL_REASON] == "non-finite loss at 2000 tokens"
@@ -285,7 +287,9 @@ def test_diverged_trial_logs_no_nan_and_never_ranks_first(fake):
                          order_by=[f"metrics.{schema.METRIC_BEST_VAL_LOSS} ASC"])
     order = [int(r.data.tags[schema.TAG_TRIAL_NUMBER]) for r in ranked]
     assert order[:3] == [1, 0, 3]
-    assert all(math.isfinite(v) for r in ranked for v in r.data.metrics.values())
+    nan = {(int(r.data.tags[schema.TAG_TRIAL_NUMBER]), k) for r in ranked
+           for k, v in r.data.metrics.items() if not math.isfinite(v)}
+    assert nan == {(2, schema.METRIC_VAL_LOSS), (2, schema.METRIC_TRAIN_LOSS)}
 
 
 def test_raising_trial_ends_failed_and_next_trial_gets_a_fresh_run(fake):
