@@ -86,6 +86,9 @@ class SearchSpec(_Section):
     ``retry_interrupted``: queue a trial interrupted from outside (its process killed, Ctrl-C,
     a store that failed) again with the same parameters when the study resumes
     (`sweep.study.resume`); interrupted trials never count toward ``n_trials``.
+    ``fault_wait_s``: after an infrastructure fault (the MLflow server or the storage does not
+    answer, the disk is full), how long the study keeps retrying, with a doubling back-off,
+    before it stops (exit 3) to be resumed later.
     """
 
     executor: Literal["optuna", "ray"] = "optuna"
@@ -102,6 +105,7 @@ class SearchSpec(_Section):
     seed: int = 0
     timeout_s: float | None = Field(default=None, gt=0)
     retry_interrupted: bool = True
+    fault_wait_s: float = Field(default=300.0, ge=0, le=86400, allow_inf_nan=False)
     n_startup_trials: int | None = Field(default=None, ge=0)
     population_size: int | None = Field(default=None, ge=2)
     pbt: PBTSpec | None = None

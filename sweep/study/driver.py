@@ -15,6 +15,7 @@ import contextlib
 import math
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from sweep.study.scaling import layout_notes, run_scaling
 from sweep.study.summary import finish_study
 from sweep.study.trial import StudyContext
 from sweep.tracking import StudyTracker
+from sweep.tracking.faults import InfrastructureError, infrastructure_fault
 
 
 @dataclass
@@ -157,6 +159,40 @@ def _ray_connection(address: str | None):
             ray.shutdown()
 
 
+def _with_fault_retries(attempt: Any, wait_s: float, say: Any, *,
+                        first_delay_s: float = 5.0, max_delay_s: float = 60.0) -> Any:
+    """Call ``attempt()``; after an infrastructure fault, wait and call it again.
+
+    The waits double from ``first_delay_s`` up to ``max_delay_s``, for ``wait_s`` seconds in
+    all; each attempt reconciles the trials the fault interrupted and goes on.
+
+    Raises:
+        StudyInterrupted: The fault lasted longer than ``wait_s`` (exit status 3).
+    """
+    deadline = time.monotonic() + wait_s
+    delay = first_delay_s
+    while True:
+        try:
+            return attempt()
+        except (InfrastructureError, Exception) as exc:
+            what = infrastructure_fault(exc)
+            if what is None:
+                raise
+            fault = exc if isinstance(exc, InfrastructureError) else InfrastructureError(what, exc)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StudyInterrupted(
+                    f"{fault.what} ({type(fault.cause).__name__}: "
+                    f"{str(fault.cause).splitlines()[0][:300] if str(fault.cause) else ''}); "
+                    f"retried for {wait_s:g} s (search.fault_wait_s); the trial it stopped is "
+                    "interrupted, not failed", exit_code=3) from None
+            pause = min(delay, left)
+            say(f"{fault.what}; the trial it stopped is interrupted; retrying in {pause:.0f} s "
+                f"({left:.0f} s left of search.fault_wait_s)")
+            time.sleep(pause)
+            delay = min(2 * delay, max_delay_s)
+
+
 def _say_reconciled(done: Reconciled, say: Any) -> None:
     if done.interrupted:
         retried = f", {len(done.retried)} queued again" if done.retried else ""
@@ -214,14 +250,17 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
                     ProgressView(spec.name, total, quiet=quiet, console=console) as view:
                 if spec.search.executor != "optuna":  # the Optuna executor reconciles itself
                     _say_reconciled(reconcile(ctx), view.note)
-                if spec.scaling is None:
-                    study = executor.run(ctx, total, view, address=ray_address)
-                else:
+                def attempt():
+                    if spec.scaling is None:
+                        return executor.run(ctx, total, view, address=ray_address), []
                     study, layouts = run_scaling(executor, ctx, view, address=ray_address,
                                                  corpus_train_tokens=len(corpus.train),
                                                  client=tracker.client,
                                                  say=None if quiet else say)
-                    notes = layout_notes(layouts)
+                    return study, layout_notes(layouts)
+
+                study, notes = _with_fault_retries(attempt, spec.search.fault_wait_s,
+                                                   _printer(None))  # stderr, even if quiet
         except KeyboardInterrupt:
             name = getattr(received, "name", None) or "SIGINT"
             stopped = StudyInterrupted(f"interrupted by {name}",
@@ -231,9 +270,13 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
         names = list(spec.search.objectives) if len(spec.search.objectives) > 1 else None
         if stopped is not None:
             _reconcile_after_stop(executor, ctx)
-            result = finish_study(tracker, study, objective_names=names,
-                                  interrupted=str(stopped))
-            counts = {k: v for k, v in result["counts"].items() if v}
+            try:
+                result = finish_study(tracker, study, objective_names=names,
+                                      interrupted=str(stopped))
+                counts = {k: v for k, v in result["counts"].items() if v}
+            except Exception:  # noqa: BLE001 (the store is what failed: the resume records it)
+                tracker.finished = True
+                counts = "not recorded: the tracking store did not answer"
             stopped.args = (f"study {spec.name}: {stopped}; trials so far: {counts or 'none'}; "
                             f"run the same command again to resume (output folder {out})",)
             raise stopped

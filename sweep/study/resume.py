@@ -113,13 +113,16 @@ def _reason(owner: str | None) -> str:
     return f"interrupted: its process ({owner or 'unknown'}) is gone"
 
 
-def reconcile(ctx: Any, study: Any = None, *, retry: bool | None = None) -> Reconciled:
+def reconcile(ctx: Any, study: Any = None, *, retry: bool | None = None,
+              assume_dead: str | None = None) -> Reconciled:
     """Mark trials whose process died ``INTERRUPTED``, queue them again, end their runs.
 
     Args:
         ctx: The study context (`sweep.study.trial.StudyContext`).
         study: The Optuna study (Optuna executor), or None (Ray: MLflow runs only).
         retry: Queue interrupted trials again; default ``search.retry_interrupted``.
+        assume_dead: An owner (`sweep.tracking.owner.current_owner`) known to run no trial now,
+            e.g. the calling process between two attempts.
 
     Returns:
         The `Reconciled` summary.
@@ -128,12 +131,13 @@ def reconcile(ctx: Any, study: Any = None, *, retry: bool | None = None) -> Reco
     done = Reconciled()
     alive: set[int] | None = None
     if study is not None:
-        alive = _reconcile_optuna(study, done, retry=retry)
-    reconcile_runs(ctx.tracking, alive=alive, done=done)
+        alive = _reconcile_optuna(study, done, retry=retry, assume_dead=assume_dead)
+    reconcile_runs(ctx.tracking, alive=alive, done=done, assume_dead=assume_dead)
     return done
 
 
-def _reconcile_optuna(study: Any, done: Reconciled, *, retry: bool) -> set[int]:
+def _reconcile_optuna(study: Any, done: Reconciled, *, retry: bool,
+                      assume_dead: str | None = None) -> set[int]:
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState as OptunaState
 
@@ -147,7 +151,7 @@ def _reconcile_optuna(study: Any, done: Reconciled, *, retry: bool) -> set[int]:
         beat = t.user_attrs.get(ATTR_HEARTBEAT)
         if beat is None and t.datetime_start is not None:
             beat = t.datetime_start.timestamp()
-        if owner_alive(owner, beat) is not False:
+        if owner != assume_dead and owner_alive(owner, beat) is not False:
             alive.add(t.number)
             continue
         try:
@@ -173,7 +177,8 @@ def _reconcile_optuna(study: Any, done: Reconciled, *, retry: bool) -> set[int]:
 
 
 def reconcile_runs(tracking: Any, *, alive: set[int] | None = None,
-                   done: Reconciled | None = None) -> Reconciled:
+                   done: Reconciled | None = None, assume_dead: str | None = None
+                   ) -> Reconciled:
     """End the study's child runs left ``RUNNING`` by dead processes as ``INTERRUPTED``.
 
     Args:
@@ -181,6 +186,7 @@ def reconcile_runs(tracking: Any, *, alive: set[int] | None = None,
         alive: Trial numbers known to be running (the Optuna executor's view); None: judge
             each run by its own owner tag and heartbeat.
         done: A `Reconciled` to add to (a new one if None).
+        assume_dead: An owner known to run no trial now.
 
     Returns:
         The `Reconciled` summary.
@@ -203,7 +209,7 @@ def reconcile_runs(tracking: Any, *, alive: set[int] | None = None,
         else:
             beat = tags.get(TAG_HEARTBEAT)
             beat = float(beat) if beat else run.info.start_time / 1000
-            if owner_alive(owner, beat) is not False:
+            if owner != assume_dead and owner_alive(owner, beat) is not False:
                 done.running.append(number)
                 continue
         TrialRun(client, run.info.run_id, number).end(TrialState.INTERRUPTED,

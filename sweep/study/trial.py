@@ -42,6 +42,7 @@ from sweep.space import SpaceSummary
 from sweep.space.grid import SCALING_POINT, Shape, point_label
 from sweep.spec import StudySpec
 from sweep.tracking import TrialContext, TrialRun
+from sweep.tracking.faults import InfrastructureError, infrastructure_fault
 from sweep.train import NullReporter, Reporter, TrainConfig, Trainer
 
 #: The study folder's subfolder of WSD trunk checkpoints (``scaling.branches``).
@@ -151,6 +152,21 @@ class _Tee:
         return self.reporter.should_stop()
 
 
+@contextlib.contextmanager
+def _infrastructure_faults():
+    """Raise an infrastructure fault (store, storage, disk) as `InfrastructureError`.
+
+    The trial is interrupted by it, not failed.
+    """
+    try:
+        yield
+    except Exception as exc:
+        what = infrastructure_fault(exc)
+        if what is None:
+            raise
+        raise InfrastructureError(what, exc) from exc
+
+
 def open_trial(
     ctx: StudyContext,
     number: int,
@@ -178,7 +194,19 @@ def open_trial(
         An `OpenTrial` to train, or the ``INFEASIBLE`` `TrialOutcome` of an invalid config or
         one outside the constraints (its run ended). An exception while pricing ends the run
         ``FAILED`` and is re-raised.
+
+    Raises:
+        sweep.tracking.faults.InfrastructureError: The tracking store or the disk failed (the
+            run, if it opened, ends ``INTERRUPTED``).
     """
+    with _infrastructure_faults():
+        return _open_trial(ctx, number, configs, raw_params=raw_params, retry_of=retry_of)
+
+
+def _open_trial(ctx: StudyContext, number: int,
+                configs: tuple[ModelConfig, TrainConfig] | ConfigError, *,
+                raw_params: dict[str, Any] | None, retry_of: int | None
+                ) -> OpenTrial | TrialOutcome:
     if isinstance(configs, ConfigError):
         with ctx.tracking.start_trial(number, raw_params or {}, retry_of=retry_of) as run:
             run.end(TrialState.INFEASIBLE, fail_reason=str(configs))
@@ -233,9 +261,11 @@ def train_trial(ctx: StudyContext, trial: OpenTrial,
     """Train an `OpenTrial` to its end and record the outcome in its run.
 
     Each evaluation goes to MLflow and to ``reporter`` (`NullReporter` if None), which may
-    prune the trial. Exceptions inside training end the run ``FAILED`` and are re-raised.
+    prune the trial. Exceptions inside training end the run ``FAILED`` and are re-raised; an
+    infrastructure fault ends it ``INTERRUPTED`` and is raised as
+    `sweep.tracking.faults.InfrastructureError`.
     """
-    with trial.run as run:
+    with _infrastructure_faults(), trial.run as run:
         tee = _Tee(run, reporter or NullReporter())
         if ctx.spec.scaling is not None and ctx.spec.scaling.branches:
             result = _train_branch(ctx, trial, run, tee)

@@ -53,6 +53,7 @@ from sweep.schema import (
     mutation_key,
     run_name,
 )
+from sweep.tracking.faults import infrastructure_fault
 from sweep.tracking.owner import Heartbeat, current_owner
 
 
@@ -78,8 +79,9 @@ class TrialRun:
     Leaving the ``with`` block normally ends the run ``COMPLETE`` unless `end` or `log_result`
     set a state; an exception ends it ``FAILED`` with the reason and re-raises it, except an
     interruption from outside the trial (``KeyboardInterrupt``: Ctrl-C, or SIGTERM turned into
-    one by the driver; ``SystemExit``), which ends it ``INTERRUPTED``. Metric values that are
-    not finite are dropped, never logged. While open, the run's heartbeat (tag
+    one by the driver; ``SystemExit``; an infrastructure fault,
+    `sweep.tracking.faults.infrastructure_fault`), which ends it ``INTERRUPTED``. Metric values
+    that are not finite are dropped, never logged. While open, the run's heartbeat (tag
     ``sweep.heartbeat``) is rewritten every `sweep.tracking.owner.HEARTBEAT_S` seconds.
     """
 
@@ -121,6 +123,11 @@ class TrialRun:
             self.end(TrialState.COMPLETE)
         elif isinstance(exc, (KeyboardInterrupt, SystemExit)):
             self.end(TrialState.INTERRUPTED, fail_reason=f"interrupted ({exc_type.__name__})")
+        elif (what := infrastructure_fault(exc)) is not None:
+            try:  # the store itself may be what failed: the next resume ends the run then
+                self.end(TrialState.INTERRUPTED, fail_reason=f"interrupted: {what}")
+            except Exception:  # noqa: BLE001
+                self._stop_heartbeat()
         else:
             reason = f"{exc_type.__name__}: {exc}"
             detail = "".join(traceback.format_exception(exc_type, exc, tb))

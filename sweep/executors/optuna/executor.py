@@ -50,6 +50,7 @@ from sweep.study.progress import ProgressView, TrialRow
 from sweep.study.resume import Reconciled, StudyInterrupted
 from sweep.study.resume import reconcile as reconcile_trials
 from sweep.study.trial import StudyContext, evaluate, objective_values
+from sweep.tracking.faults import InfrastructureError, infrastructure_fault
 from sweep.tracking.owner import Heartbeat, current_owner, owner_pid
 
 #: Worker processes that may die (killed, out of memory) and be replaced before the study stops.
@@ -82,6 +83,18 @@ class OptunaReporter:
         return self.prune and self.trial.should_prune()
 
 
+class _Interrupted(KeyboardInterrupt):
+    """Carries an `InfrastructureError` through Optuna, which records the trial ``FAIL``."""
+
+
+def _mark_interrupted(trial: optuna.Trial, reason: str) -> None:
+    try:  # the storage may be what failed: then the next reconcile marks it
+        trial.set_user_attr(ATTR_STATE, TrialState.INTERRUPTED.value)
+        trial.set_user_attr(ATTR_REASON, reason[:500])
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def _objective(ctx: StudyContext):
     spec = ctx.spec
     multi = len(spec.search.objectives) > 1
@@ -93,9 +106,13 @@ def _objective(ctx: StudyContext):
             try:
                 return _run(trial)
             except (KeyboardInterrupt, SystemExit):
-                trial.set_user_attr(ATTR_STATE, TrialState.INTERRUPTED.value)
-                trial.set_user_attr(ATTR_REASON, "interrupted (Ctrl-C or SIGTERM)")
+                _mark_interrupted(trial, "interrupted (Ctrl-C or SIGTERM)")
                 raise
+            except InfrastructureError as err:
+                _mark_interrupted(trial, f"interrupted: {err.what}")
+                # Optuna records the trial FAIL for a KeyboardInterrupt only; `_optimize`
+                # raises the fault itself again.
+                raise _Interrupted() from err
 
     def _run(trial: optuna.Trial):
         try:
@@ -170,9 +187,18 @@ def create_study(ctx: StudyContext, *, seed_offset: int = 0) -> optuna.Study:
 
 
 def _optimize(study: optuna.Study, ctx: StudyContext, n_trials: int) -> None:
-    # A trial that raises is recorded FAILED (run and Optuna trial); the study goes on.
-    study.optimize(_objective(ctx), n_trials=n_trials, catch=(Exception,),
-                   timeout=ctx.spec.search.timeout_s)
+    # A trial that raises is recorded FAILED (run and Optuna trial); the study goes on. An
+    # infrastructure fault stops it here, its trial INTERRUPTED.
+    try:
+        study.optimize(_objective(ctx), n_trials=n_trials, catch=(Exception,),
+                       timeout=ctx.spec.search.timeout_s)
+    except _Interrupted as carried:
+        raise carried.__cause__ from None
+    except Exception as exc:  # the storage, outside any trial
+        what = infrastructure_fault(exc)
+        if what is None:
+            raise
+        raise InfrastructureError(what, exc) from exc
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -210,11 +236,15 @@ def _worker_main(ctx: StudyContext, n_trials: int, seed_offset: int, threads: in
         _optimize(create_study(ctx, seed_offset=seed_offset), ctx, n_trials)
     except KeyboardInterrupt:
         sys.exit(130)  # the trial is recorded INTERRUPTED; no traceback
+    except InfrastructureError as err:
+        print(f"worker {os.getpid()}: {err}", file=sys.stderr)
+        sys.exit(3)
 
 
-def reconcile(ctx: StudyContext, *, retry: bool | None = None) -> Reconciled:
+def reconcile(ctx: StudyContext, *, retry: bool | None = None,
+              assume_dead: str | None = None) -> Reconciled:
     """Reconcile the study's trials (`sweep.study.resume.reconcile`)."""
-    return reconcile_trials(ctx, create_study(ctx), retry=retry)
+    return reconcile_trials(ctx, create_study(ctx), retry=retry, assume_dead=assume_dead)
 
 
 def run_worker(ctx: StudyContext, n_trials: int) -> None:
@@ -314,6 +344,10 @@ def _supervise(study: optuna.Study, ctx: StudyContext, n_trials: int, parallel: 
                 share = procs.pop(proc)
                 if proc.exitcode == 0:
                     continue
+                if proc.exitcode == 3:  # it stopped on an infrastructure fault, said on stderr
+                    raise InfrastructureError(
+                        "a worker process stopped on an infrastructure fault",
+                        RuntimeError(f"worker {proc.pid} exited with code 3"))
                 deaths.append(proc.exitcode)
                 reconcile_trials(ctx, study)
                 left = share - _finished_by(study, proc.pid)
@@ -361,7 +395,9 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
     """
     stored = len(create_study(ctx).get_trials(deepcopy=False))
     study = create_study(ctx, seed_offset=stored)  # a resumed study draws anew
-    reconciled = reconcile_trials(ctx, study)
+    # Nothing of this process runs a trial now: its own RUNNING trials (left by a fault it is
+    # retrying after) are as dead as a killed process's.
+    reconciled = reconcile_trials(ctx, study, assume_dead=current_owner())
     if reconciled.interrupted:
         retried = f", {len(reconciled.retried)} queued again" if reconciled.retried else ""
         view.note(f"resuming: trial(s) {', '.join(map(str, reconciled.interrupted))} of a "

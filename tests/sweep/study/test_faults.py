@@ -235,3 +235,129 @@ def test_interrupt_stops_cleanly_and_resumes(tmp_path, sig, code):
 
     resume(tmp_path, spec)
     check_resumed(tmp_path, before, 6, 1)
+
+
+# ------------------------------------------------------------ the MLflow server goes away
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A real ``mlflow server`` on 127.0.0.1 that a test can stop and start again."""
+
+    def __init__(self, root):
+        self.root, self.port = root, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+
+    def start(self):
+        from sweep.results import start_ui
+
+        self.proc = start_ui(f"sqlite:///{self.root / 'mlflow.db'}", port=self.port,
+                             log_path=self.root / "server.log")
+
+    def stop(self):
+        from sweep.results import stop_ui
+
+        stop_ui(self.proc)
+        self.proc = None
+
+
+def server_study(tmp_path, url, fault_wait_s):
+    path = write_spec(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["tracking"] = {"uri": url}
+    data["search"]["fault_wait_s"] = fault_wait_s
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def server_runs(url):
+    client = MlflowClient(url)
+    experiment_id, parent = find_study(url, NAME)
+    return client, parent, read_trials(url, experiment_id, parent)
+
+
+def start_fast_failing(tmp_path, spec):
+    """`sweep run` with MLflow's HTTP retries off, so a stopped server shows in seconds."""
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "5"
+    try:
+        return start(tmp_path, spec)
+    finally:
+        del os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"], os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"]
+
+
+def check_after_fault(url, tmp_path, n_trials):
+    trials = optuna_trials(tmp_path)
+    interrupted = [t for t in trials if t.user_attrs.get(ATTR_STATE) == "INTERRUPTED"]
+    assert sum(finished(t) for t in trials) == n_trials and interrupted
+    assert not [t for t in trials if t.state in (OptunaState.RUNNING, OptunaState.WAITING)]
+    # every interrupted trial was retried once with its parameters; none counted as failed
+    retries = {t.user_attrs[ATTR_RETRY_OF]: t for t in trials if ATTR_RETRY_OF in t.user_attrs}
+    assert sorted(retries) == sorted(t.number for t in interrupted)
+    assert all(retries[t.number].params == t.params for t in interrupted)
+    assert not [t for t in trials if t.user_attrs.get(ATTR_STATE) == "FAILED"]
+    client, parent, runs = server_runs(url)
+    states = run_states(runs)
+    assert "RUNNING" not in states and "FAILED" not in states
+    assert sum(v for k, v in states.items() if k != "INTERRUPTED") == n_trials
+    # a trial the fault stopped before its run was created has no run; none has two
+    assert states.get("INTERRUPTED", 0) <= len(interrupted)
+    assert len({r["trial"] for r in runs}) == len(runs)
+    tags = client.get_run(parent).data.tags
+    assert tags[TAG_STATE] == TrialState.COMPLETE and TAG_FAIL_REASON not in tags
+    return interrupted
+
+
+@pytest.mark.server
+def test_tracking_server_down_for_a_while_pauses_the_study(tmp_path):
+    server = Server(tmp_path)
+    server.start()
+    try:
+        spec = server_study(tmp_path, server.url, fault_wait_s=120)
+        proc = start_fast_failing(tmp_path, spec)
+        wait_mid_trial(tmp_path, proc, n_finished=2)
+        before = optuna_trials(tmp_path)
+        server.stop()
+        time.sleep(8)  # the trial's next evaluation finds no server
+        assert proc.poll() is None  # paused, not stopped, and no trial burnt meanwhile
+        assert sum(finished(t) for t in optuna_trials(tmp_path)) <= sum(
+            finished(t) for t in before) + 1
+        server.start()
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+        assert "retrying in" in err and "Traceback" not in err
+        check_after_fault(server.url, tmp_path, 6)
+    finally:
+        if server.proc is not None:
+            server.stop()
+
+
+@pytest.mark.server
+def test_tracking_server_down_too_long_stops_with_one_line_then_resumes(tmp_path):
+    server = Server(tmp_path)
+    server.start()
+    try:
+        spec = server_study(tmp_path, server.url, fault_wait_s=10)
+        proc = start_fast_failing(tmp_path, spec)
+        wait_mid_trial(tmp_path, proc, n_finished=2)
+        server.stop()
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 3, err
+        assert "Traceback" not in err
+        stopped = [line for line in err.splitlines() if line.startswith("stopped:")]
+        assert len(stopped) == 1 and "the MLflow tracking server does not answer" in stopped[0]
+        assert "run the same command again to resume" in stopped[0]
+        trials = optuna_trials(tmp_path)
+        assert by_state(trials).get("INTERRUPTED", 0) >= 1 and "RUNNING" not in by_state(trials)
+        server.start()
+        resume(tmp_path, spec)
+        check_after_fault(server.url, tmp_path, 6)
+    finally:
+        if server.proc is not None:
+            server.stop()

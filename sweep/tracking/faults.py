@@ -1,0 +1,77 @@
+"""Infrastructure faults: errors of the tracking store, the storage or the file system.
+
+They are not a trial's fault, so they never count as a failed trial: the trial they stop is
+``INTERRUPTED`` and the study pauses, retries, or stops with one line and resumes later
+(`sweep.study.resume`). `infrastructure_fault` tells them from a trial's own errors by the
+exception and its causes: a full, read-only or failing disk (``ENOSPC``, ``EDQUOT``,
+``EROFS``, ``EIO``), a SQLite store that cannot write, an MLflow server or a database that
+does not answer.
+"""
+
+from __future__ import annotations
+
+import errno
+
+__all__ = ["InfrastructureError", "infrastructure_fault"]
+
+_DISK_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+                errno.EROFS: "the file system is read-only", errno.EIO: "the disk failed (I/O)"}
+# Phrases of errors that a store or server raises when it cannot be reached or written.
+_UNREACHABLE = ("max retries exceeded", "connection refused", "failed to establish a new "
+                "connection", "connection aborted", "connection reset", "read timed out",
+                "name or service not known", "temporary failure in name resolution",
+                "server closed the connection", "could not connect to server",
+                "remote end closed connection")
+_SQLITE_DISK = ("database or disk is full", "disk i/o error", "readonly database",
+                "unable to open database file")
+
+
+class InfrastructureError(BaseException):
+    """A trial stopped by an infrastructure fault (not its own fault).
+
+    A `BaseException`, like ``KeyboardInterrupt``, so that handlers of a trial's own errors
+    (Optuna's ``catch``, the Ray trainable's) do not record it as a failed trial.
+
+    Attributes:
+        what: What failed, in words (e.g. ``the MLflow tracking server``).
+        cause: The original exception.
+    """
+
+    def __init__(self, what: str, cause: BaseException) -> None:
+        super().__init__(f"{what}: {type(cause).__name__}: {cause}")
+        self.what, self.cause = what, cause
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def infrastructure_fault(exc: BaseException) -> str | None:
+    """What failed, if ``exc`` (or an exception it was raised from) is an infrastructure fault.
+
+    Returns:
+        A short description (``the disk is full (/runs/x/mlflow.db)``, ``the MLflow tracking
+        server does not answer``), or None for a trial's own error.
+    """
+    for e in _chain(exc):
+        if isinstance(e, InfrastructureError):
+            return e.what
+        if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
+            where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+            return f"{_DISK_ERRNOS[e.errno]}{where}"
+        text = str(e).lower()
+        kind = type(e).__module__ + "." + type(e).__name__
+        if any(p in text for p in _SQLITE_DISK) and ("sqlite" in text or "sqlalchemy" in kind
+                                                     or "mlflow" in kind):
+            return "the SQLite store cannot write (disk full, read-only or failing)"
+        if isinstance(e, (ConnectionError, TimeoutError)) or any(p in text for p in _UNREACHABLE):
+            if "mlflow" in kind or "api request" in text or "/api/2.0/mlflow" in text:
+                return "the MLflow tracking server does not answer"
+            if "sqlalchemy" in kind or "psycopg" in kind:
+                return "the storage database does not answer"
+            return "a server the study needs does not answer"
+    return None
