@@ -30,6 +30,7 @@ is the validation split; ``tokens:`` corpora keep their own ``val.bin``.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -382,7 +383,7 @@ def _prepare(uri, cache_dir, digest, make, vocab, *, byte_level, splits=None) ->
         try:
             if make is not None:
                 for name, split in zip(("train", "val"), splits, strict=True):
-                    np.asarray(split, dtype=np.uint16).tofile(tmp / f"{name}.bin")
+                    _write_split(np.asarray(split, dtype=np.uint16), tmp / f"{name}.bin")
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
             os.rename(tmp, final)
         except OSError:
@@ -443,6 +444,20 @@ def check_corpus(uri: str, *, vocab_size: int | None = None) -> None:
         DataError: As `load_corpus`, naming ``uri``.
     """
     _resolve(uri, vocab_size)
+
+
+def _write_split(tokens: np.ndarray, path: Path) -> None:
+    """Write ``tokens`` to ``path``.
+
+    A short write (numpy's "N requested and M written", with no errno) is raised as the full
+    disk it is (``ENOSPC``).
+    """
+    try:
+        tokens.tofile(path)
+    except OSError as exc:
+        if exc.errno is None and "requested and" in str(exc):
+            raise OSError(errno.ENOSPC, f"the disk is full ({exc} bytes)", str(path)) from None
+        raise
 
 
 def load_corpus(uri: str, cache_dir: Path | str, *, vocab_size: int | None = None) -> Corpus:

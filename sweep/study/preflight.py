@@ -16,6 +16,7 @@ them again (milliseconds), then checks the stores, the cluster and the corpus's 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -24,7 +25,7 @@ import sqlite3
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sweep.data import DataError, check_corpus
 from sweep.spec import ChoiceDomain, StudySpec
@@ -434,10 +435,69 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
         if vocab < corpus.vocab_size:
             raise PreflightError(f"model.vocab_size={vocab} is smaller than the vocabulary of "
                                  f"{spec.data.uri!r} ({corpus.vocab_size} token ids)")
+        check_disk(spec, out, summary)
     except (OSError, DataError, PreflightError) as exc:
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
         if isinstance(exc, OSError):
+            if exc.errno == errno.ENOSPC:
+                raise PreflightError(f"--out {out}: the disk is full ({_free_text(out)}); free "
+                                     "space there or give another --out") from None
             raise PreflightError(f"--out {out}: {exc.strerror or exc}") from None
         raise
     return corpus, summary
+
+
+#: Room a study needs under ``--out`` besides checkpoints: the MLflow store, the Optuna
+#: journal, artifacts and plots (bytes).
+STORE_RESERVE_BYTES = 64 * 2**20
+
+
+def _existing(path: Path) -> Path:
+    return next(p for p in [path, *path.parents] if p.exists())
+
+
+def _free_text(out: Path) -> str:
+    try:
+        return f"{shutil.disk_usage(_existing(out)).free / 2**20:,.1f} MiB free"
+    except OSError:
+        return "free space unknown"
+
+
+def checkpoint_bytes(n_params: float) -> float:
+    """Bytes of one training checkpoint of a model of ``n_params`` parameters.
+
+    fp32 weights and AdamW's two fp32 moments: 12 bytes a parameter (`sweep.train.checkpoint`).
+    """
+    return 12.0 * n_params
+
+
+def check_disk(spec: StudySpec, out: Path, summary: Any) -> None:
+    """Refuse a study whose output folder's disk cannot hold what it will write.
+
+    The need is `STORE_RESERVE_BYTES` plus the checkpoints the study keeps at once, from the
+    cost model's largest parameter count (`checkpoint_bytes`): two per PBT member
+    (``search.population_size``) and one per shape of a scaling study with
+    ``scaling.branches``.
+
+    Raises:
+        PreflightError: The disk under ``out`` has less free space, naming both figures.
+    """
+    largest = (summary.cost or {}).get("n_params") or [0, 0]
+    parts = {"store and artifacts": float(STORE_RESERVE_BYTES)}
+    if spec.search.scheduler == "pbt":
+        members = spec.search.population_size or 4
+        parts[f"{2 * members} PBT checkpoints"] = 2 * members * checkpoint_bytes(largest[1])
+    if spec.scaling is not None and spec.scaling.branches:
+        from sweep.space import grid
+
+        shapes = grid.candidates(spec)
+        parts[f"{len(shapes)} WSD trunk checkpoints"] = sum(
+            checkpoint_bytes(c.n_params) for c in shapes)
+    need = sum(parts.values())
+    free = shutil.disk_usage(_existing(out)).free
+    if free < need:
+        detail = ", ".join(f"{k} {v / 2**20:,.1f} MiB" for k, v in parts.items())
+        raise PreflightError(f"--out {out}: the disk is full for this study: "
+                             f"{free / 2**20:,.1f} MiB free, about {need / 2**20:,.1f} MiB "
+                             f"needed ({detail}); free space there or give another --out")

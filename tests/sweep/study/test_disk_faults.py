@@ -1,0 +1,103 @@
+"""A full disk: refused at pre-flight, saying what is free and needed; mid-study, a pause."""
+
+import errno
+import shutil
+import subprocess
+from collections import namedtuple
+
+import pytest
+
+from sweep.spec import parse_spec
+from sweep.study import PreflightError, run_study
+from sweep.tracking import find_study, read_trials
+from sweep.tracking.trial_run import TrialRun
+
+Usage = namedtuple("Usage", "total used free")
+
+
+def tiny(name, tokens=20000, **search):
+    return parse_spec({
+        "name": name,
+        "data": f"synthetic:markov?order=1&vocab=16&seed=0&tokens={tokens}",
+        "model": {"vocab_size": 16, "seq_len": 16, "d_model": 16, "n_heads": 2, "n_layers": 1},
+        "train": {"tokens": 4096, "batch_size": 4, "lr": {"float": [1e-3, 1e-2], "log": True},
+                  "eval_every": 1024, "eval_tokens": 256, "device": "cpu"},
+        "search": {"executor": "optuna", "sampler": "random", "pruner": "none", "n_trials": 4,
+                   **search},
+    })
+
+
+def test_preflight_refuses_a_disk_without_room_and_says_what_is_needed(tmp_path, monkeypatch):
+    monkeypatch.setattr("sweep.study.preflight.shutil.disk_usage",
+                        lambda path: Usage(2**30, 2**30 - 10 * 2**20, 10 * 2**20))
+    out = tmp_path / "runs" / "full"
+    with pytest.raises(PreflightError) as info:
+        run_study(tiny("disk-check"), out_dir=out, quiet=True)
+    message = str(info.value)
+    assert "the disk is full for this study: 10.0 MiB free, about 64.0 MiB needed" in message
+    assert "store and artifacts 64.0 MiB" in message
+    assert not (tmp_path / "runs").exists()  # nothing left behind
+
+
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs mounted under ``tmp_path`` (unmount it after), or None if none mounts."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                          capture_output=True)
+    return mount if done.returncode == 0 else None
+
+
+@pytest.mark.parametrize("disk", ["tmpfs", "injected"])
+def test_a_corpus_cache_that_fills_the_disk_says_the_disk_is_full(tmp_path, monkeypatch, disk):
+    mount = small_disk(tmp_path) if disk == "tmpfs" else None
+    if disk == "tmpfs" and mount is None:
+        pytest.skip("this machine cannot mount a tmpfs; the injected case covers it")
+    if disk == "injected":  # numpy's short write ("N requested and M written", no errno)
+        import sweep.data.corpus as corpus_module
+
+        real = corpus_module._write_split
+
+        def short_write(tokens, path):
+            def tofile(_self, _path):
+                raise OSError(f"{tokens.nbytes} requested and 1048576 written")
+            real(type("Tokens", (), {"tofile": tofile, "nbytes": tokens.nbytes})(), path)
+
+        monkeypatch.setattr(corpus_module, "_write_split", short_write)
+    out = (mount or tmp_path) / "out"
+    try:
+        with pytest.raises(PreflightError) as info:
+            run_study(tiny("disk-corpus", tokens=3_600_000), out_dir=out, quiet=True)
+        assert "the disk is full" in str(info.value) and "MiB free" in str(info.value)
+        assert not out.exists()
+    finally:
+        if mount is not None:
+            subprocess.run(["umount", str(mount)], check=False)
+
+
+@pytest.mark.slow
+def test_a_disk_full_mid_study_interrupts_one_trial_and_the_study_goes_on(tmp_path,
+                                                                         monkeypatch):
+    real_report = TrialRun.report
+    calls = {"n": 0}
+
+    def report(self, tokens, metrics):
+        calls["n"] += 1
+        if calls["n"] == 6:  # the second trial's second evaluation: the disk is full once
+            raise OSError(errno.ENOSPC, "No space left on device", "mlflow.db")
+        return real_report(self, tokens, metrics)
+
+    monkeypatch.setattr(TrialRun, "report", report)
+    spec = tiny("disk-mid", fault_wait_s=60)
+    summary = run_study(spec, out_dir=tmp_path / "out", quiet=True)
+    trials = read_trials(summary.tracking_uri, *find_study(summary.tracking_uri, spec.name))
+    states = sorted(str(t["state"]) for t in trials)
+    assert states == ["COMPLETE"] * 4 + ["INTERRUPTED"]
+    interrupted = next(t for t in trials if str(t["state"]) == "INTERRUPTED")
+    retry = next(t for t in trials if t["retry_of"] is not None)
+    assert retry["retry_of"] == interrupted["trial"]
+    assert {k: v for k, v in retry["params"].items() if k.startswith("train.lr")} == {
+        k: v for k, v in interrupted["params"].items() if k.startswith("train.lr")}
+    assert interrupted["fail_reason"] == "interrupted: the disk is full (mlflow.db)"
+    assert summary.counts["COMPLETE"] == 4 and summary.counts["FAILED"] == 0
+    shutil.rmtree(tmp_path / "out")
