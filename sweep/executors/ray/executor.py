@@ -92,8 +92,12 @@ def _quiet_tune():
     old = os.environ.get("RAY_AIR_NEW_OUTPUT")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
     logger = logging.getLogger("ray.tune")
-    level = logger.level
+    # Its results table warns of every trial without results (stopped before its first report);
+    # MLflow has each trial's state.
+    analysis = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    level, analysis_level = logger.level, analysis.level
     logger.setLevel(logging.WARNING)
+    analysis.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             # Actor reuse would restart a PBT member's thread in place; Ray cannot stop a
@@ -102,6 +106,7 @@ def _quiet_tune():
             yield
     finally:
         logger.setLevel(level)
+        analysis.setLevel(analysis_level)
         if old is None:
             os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
         else:

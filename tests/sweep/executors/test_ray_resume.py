@@ -30,6 +30,7 @@ ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 N_TRIALS = 6
+TOKENS = 12288  # a trial's budget
 FINISHED = ("COMPLETE", "PRUNED", "FAILED", "INFEASIBLE", "DIVERGED")
 REPO = Path(__file__).resolve().parents[3]
 
@@ -40,7 +41,7 @@ def spec_file(tmp_path):
         "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=60000",
         "model": {"vocab_size": 16, "seq_len": 32, "d_model": {"choice": [16, 32]},
                   "n_heads": 2, "n_layers": 1},
-        "train": {"tokens": 12288, "batch_size": 4, "lr": {"float": [1e-3, 3e-2], "log": True},
+        "train": {"tokens": TOKENS, "batch_size": 4, "lr": {"float": [1e-3, 3e-2], "log": True},
                   "eval_every": 2048, "eval_tokens": 1024},
         "search": {"executor": "ray", "sampler": "random", "scheduler": "none",
                    "n_trials": N_TRIALS, "parallel": 2},
@@ -114,8 +115,17 @@ def config(run):
     return tuple(sorted((k, v) for k, v in run.data.params.items()))
 
 
+def training_early(out, run):
+    """Whether ``run`` has logged an evaluation and has at least half its budget to go."""
+    if run.data.tags.get("sweep.state") != "RUNNING" or "val_loss" not in run.data.metrics:
+        return False
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_loss")]
+    return bool(steps) and max(steps) <= TOKENS // 2
+
+
 def wait_mid_trial(proc, out, log, *, n_finished):
-    """Until ``n_finished`` trials are done and another one has logged an evaluation."""
+    """Until ``n_finished`` trials are done and another one is training, early in its budget."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         assert proc.poll() is None, Path(log).read_text()[-3000:]
@@ -124,9 +134,8 @@ def wait_mid_trial(proc, out, log, *, n_finished):
         except Exception:  # the store is being created
             runs = []
         states = [r.data.tags.get("sweep.state") for r in runs]
-        training = [r for r in runs if r.data.tags.get("sweep.state") == "RUNNING"
-                    and "val_loss" in r.data.metrics]
-        if sum(s in FINISHED for s in states) >= n_finished and training:
+        if sum(s in FINISHED for s in states) >= n_finished and any(
+                training_early(out, r) for r in runs):
             return runs
         time.sleep(0.5)
     raise AssertionError(f"the first run never had {n_finished} trials finished and one training")
