@@ -52,9 +52,10 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from ray import tune
 
 from sweep import space
+from sweep.executors.ray import pbt
 from sweep.executors.ray.callback import StudyCallback
 from sweep.executors.ray.connection import init_ray, trial_resources
-from sweep.executors.ray.pbt import CHECKPOINTS_KEPT, initial_population, pbt_trainable, pick
+from sweep.executors.ray.pbt import initial_population, pbt_trainable, pick
 from sweep.executors.ray.schedulers import make_scheduler
 from sweep.executors.ray.searcher import StudySearch, optuna_state
 from sweep.executors.ray.trainable import search_trainable
@@ -318,7 +319,7 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
         pinned = ctx.out_dir / "ray" / name / "pbt-pinned"  # donors' checkpoints, see pbt.py
         checkpoints = None
         if spec.search.scheduler == "pbt":
-            checkpoints = tune.CheckpointConfig(num_to_keep=CHECKPOINTS_KEPT)
+            checkpoints = tune.CheckpointConfig(num_to_keep=pbt.CHECKPOINTS_KEPT)
             population = initial_population(spec, n_trials)
             keys = sorted({k for member in population for k in member})
             param_space = {CONFIG_MEMBER: tune.grid_search(list(range(n_trials))),
