@@ -104,6 +104,9 @@ def _quiet_tune():
             # Actor reuse would restart a PBT member's thread in place; Ray cannot stop a
             # function trainable's thread, so members restart in fresh actors.
             warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
+            # PBT's exploits read pinned copies of donors' checkpoints (`pbt.PinnedPBT`), so
+            # few kept checkpoints do not break them.
+            warnings.filterwarnings("ignore", message="Using `CheckpointConfig.num_to_keep")
             yield
     finally:
         logger.setLevel(level)
