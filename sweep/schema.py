@@ -39,6 +39,7 @@ __all__ = [
     "ATTR_STATE",
     "BEST_CONFIG_ARTIFACT",
     "CONFIG_MEMBER",
+    "CONFIG_RETRY_OF",
     "CONFIG_TRIAL_NUMBER",
     "COST_METRICS",
     "EVAL_METRICS",
@@ -247,6 +248,7 @@ ATTR_PROGRESS = "sweep_progress"
 #: Keys the Ray executor adds to a trial's config.
 CONFIG_TRIAL_NUMBER = "sweep.trial_number"
 CONFIG_MEMBER = "sweep.member"
+CONFIG_RETRY_OF = "sweep.retry_of"
 
 
 def run_name(number: int) -> str:

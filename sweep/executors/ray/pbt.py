@@ -13,17 +13,31 @@ continues logging to its own MLflow run (found by its trial number), recording t
 with `sweep.tracking.TrialRun.log_mutation` at the donor's token count, and the donor's trial
 number as ``pbt.donor`` (metric at that step and tag). ``search.pbt.synch`` picks Ray's
 synchronous PBT over the default asynchronous one.
+
+Checkpoints: Ray keeps `CHECKPOINTS_KEPT` per member (``CheckpointConfig.num_to_keep``) and
+deletes older ones as a member reports new ones. PBT picks a donor's checkpoint when the donor
+reaches a perturbation and reads it when another member exploits it later, by which time the
+donor may have reported newer checkpoints and Ray deleted that one (ray-project/ray#8441).
+`PinnedPBT` therefore copies the donor's checkpoint, on the driver and at the exploit, into a
+folder of the study's (``pbt-pinned/`` in the Tune experiment's folder) and restarts the member
+from that copy, which rotation never touches; a donor checkpoint already deleted is replaced by
+the donor's latest one (never deleted). A copy is deleted once its member has a checkpoint of
+its own, and the folder at the end of the experiment.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from ray import tune
+from ray.train._internal.session import _TrainingResult
+from ray.tune.schedulers import PopulationBasedTraining
 
 from sweep import space
 from sweep.executors.ray.reporting import (
@@ -48,10 +62,82 @@ from sweep.study.trial import StudyContext, TrialOutcome, open_trial
 from sweep.tracking import TrialRun, find_trial_run
 from sweep.train import Trainer
 
-__all__ = ["initial_population", "member_index", "pbt_trainable", "pick"]
+__all__ = ["CHECKPOINTS_KEPT", "PinnedPBT", "initial_population", "member_index",
+           "pbt_trainable", "pick"]
+
+log = logging.getLogger(__name__)
 
 _CKPT_FILE = "trainer.pt"
 _META_FILE = "member.json"
+
+#: Checkpoints Ray keeps per PBT member (``CheckpointConfig.num_to_keep``).
+CHECKPOINTS_KEPT = 2
+
+
+class PinnedPBT(PopulationBasedTraining):
+    """Ray's PBT, each exploit restarting its member from a pinned copy of the donor's checkpoint.
+
+    Args:
+        pinned_dir: Folder of the copies (created on first use), or None for Ray's behaviour.
+        *args, **kwargs: `ray.tune.schedulers.PopulationBasedTraining`'s.
+
+    Attributes:
+        exploits: ``(member trial id, donor trial id, the checkpoint folder copied)`` per exploit.
+    """
+
+    def __init__(self, *args: Any, pinned_dir: Path | str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pinned_dir = Path(pinned_dir) if pinned_dir is not None else None
+        self.exploits: list[tuple[str, str, str]] = []
+        self._pinned: dict[Any, Path] = {}  # member trial -> the copy it restarts from
+
+    def _exploit(self, tune_controller: Any, trial: Any, trial_to_clone: Any) -> None:
+        if self.pinned_dir is None:
+            return super()._exploit(tune_controller, trial, trial_to_clone)
+        donor = self._trial_state[trial_to_clone]
+        source = donor.last_checkpoint
+        if source is None or not os.path.isdir(source.path):
+            # Deleted since the donor's perturbation (rotation): the donor's latest instead.
+            source = trial_to_clone.checkpoint
+            if source is None or not os.path.isdir(source.path):
+                log.warning("PBT: no checkpoint of %s on disk; %s is not exploited",
+                            trial_to_clone.trial_id, trial.trial_id)
+                return None
+            donor.last_checkpoint = source
+        self._release(trial)
+        self.pinned_dir.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=f"{trial.trial_id}-", dir=self.pinned_dir))
+        shutil.copytree(source.path, folder, dirs_exist_ok=True)
+        super()._exploit(tune_controller, trial, trial_to_clone)
+        manager = trial.run_metadata.checkpoint_manager
+        cloned = manager._latest_checkpoint_result
+        pinned = tune.Checkpoint(path=str(folder), filesystem=source.filesystem)
+        manager._latest_checkpoint_result = _TrainingResult(checkpoint=pinned,
+                                                            metrics=cloned.metrics)
+        self._pinned[trial] = folder
+        self.exploits.append((trial.trial_id, trial_to_clone.trial_id, source.path))
+        return None
+
+    def _release(self, trial: Any) -> None:
+        folder = self._pinned.pop(trial, None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        # A member that has a checkpoint of its own no longer restarts from its copy.
+        folder = self._pinned.get(trial)
+        latest = trial.checkpoint
+        if folder is not None and latest is not None and Path(latest.path) != folder:
+            self._release(trial)
+        return super().on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict) -> None:
+        self._release(trial)
+        super().on_trial_complete(tune_controller, trial, result)
+
+    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+        self._release(trial)
+        super().on_trial_error(tune_controller, trial)
 
 
 def _in_domain(spec: StudySpec, params: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,11 @@ def session_alive() -> bool:
 
 
 class Ended(BaseException):
-    """Ray ended this incarnation of a PBT member; leave its MLflow run as it is."""
+    """Ray ended this trial (or this incarnation of a PBT member); leave its MLflow run as it is.
+
+    A `BaseException`, so no ``except Exception`` on the way (the trainer's, a run's) records
+    it as the trial's failure.
+    """
 
 
 class TuneReporter:
@@ -40,29 +44,39 @@ class TuneReporter:
     ``budget_tokens`` (the end of the budget): the trainable's final report, with the trial's
     state, stands for it, so a scheduler rung there cannot turn a finished trial into a pruned
     one. When Ray ends the trial while it
-    waits in ``report`` (a scheduler stopped it), the session exits the thread with
-    ``SystemExit``, or it has shut the session down by the next evaluation; either becomes
-    ``should_stop() == True`` so the trial ends ``PRUNED`` in MLflow and nothing more is
-    reported.
+    waits in ``report`` (a scheduler stopped it, or the study was interrupted), the session
+    exits the thread with ``SystemExit``, or it has shut the session down by the next
+    evaluation. Then nothing more is reported, and the trial's run (``run``, when given) is
+    detached and `Ended` raised: the driver, which knows why Ray ended the trial, ends the run
+    (``PRUNED`` for a scheduler's stop, `sweep.executors.ray.callback.StudyCallback`;
+    ``INTERRUPTED`` for a study stopped by a signal, `sweep.executors.ray.executor.run`). Without
+    a run, ``should_stop()`` becomes True.
     """
 
     def __init__(self, extra: dict[str, Any] | None = None, *,
-                 budget_tokens: int | None = None) -> None:
+                 budget_tokens: int | None = None, run: Any = None) -> None:
         self.extra = dict(extra or {})
         self.budget_tokens = budget_tokens
+        self.run = run  # the trial's `sweep.tracking.TrialRun`, left to the driver on `Ended`
         self.stopped = False
+
+    def _ended(self) -> None:
+        self.stopped = True
+        if self.run is not None:
+            self.run.detach()
+            raise Ended
 
     def report(self, tokens: int, metrics: dict[str, float]) -> None:
         if self.stopped or (self.budget_tokens is not None and tokens >= self.budget_tokens
                             and ATTR_STATE not in metrics):
             return  # the evaluation at the budget's end goes with the final report
         if not session_alive():
-            self.stopped = True
+            self._ended()
             return
         try:
             tune.report({**metrics, METRIC_TOKENS: int(tokens), **self.extra})
         except SystemExit:
-            self.stopped = True
+            self._ended()
 
     def should_stop(self) -> bool:
         return self.stopped

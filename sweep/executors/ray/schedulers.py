@@ -14,6 +14,7 @@ All use time attribute ``tokens`` (training tokens seen; ``time_total_s`` for a 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ray.tune import schedulers
@@ -28,7 +29,8 @@ __all__ = ["make_scheduler"]
 _REDUCTION = 3
 
 
-def make_scheduler(spec: StudySpec, summary: SpaceSummary | None = None) -> Any:
+def make_scheduler(spec: StudySpec, summary: SpaceSummary | None = None, *,
+                   pinned_dir: Path | None = None) -> Any:
     """The Ray Tune scheduler ``search.scheduler`` names (time attribute: tokens trained).
 
     ASHA and async Hyperband get ``max_t`` above the largest budget (trials end on their own
@@ -40,11 +42,15 @@ def make_scheduler(spec: StudySpec, summary: SpaceSummary | None = None) -> Any:
         spec: The study spec.
         summary: The space's `sweep.space.SpaceSummary` (its ``budget_tokens``), priced by
             preflight; priced here (``sweep.space.summarize``, 32 draws) when None.
+        pinned_dir: PBT only: where `sweep.executors.ray.pbt.PinnedPBT` copies the donors'
+            checkpoints it exploits (None: Ray's PBT reads them where they are).
     """
     s = spec.search
     if s.scheduler == "pbt":
-        return schedulers.PopulationBasedTraining(
-            time_attr=METRIC_TOKENS, metric=METRIC_VAL_LOSS, mode="min",
+        from sweep.executors.ray.pbt import PinnedPBT
+
+        return PinnedPBT(
+            pinned_dir=pinned_dir, time_attr=METRIC_TOKENS, metric=METRIC_VAL_LOSS, mode="min",
             perturbation_interval=s.pbt.perturbation_interval,
             hyperparam_mutations=space.pbt_mutations(spec),
             quantile_fraction=s.pbt.quantile_fraction,

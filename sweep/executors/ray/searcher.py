@@ -17,7 +17,9 @@ scheduler before it reported a state
 =====================================  ==================
 
 It also takes the finished trials of an earlier run of the study (`seed_trials`), so a rerun
-whose Tune experiment cannot be restored does not train a finished config again.
+whose Tune experiment cannot be restored does not train a finished config again, and queues
+the params of its interrupted trials to be trained first (`retry_trials`), each Optuna trial
+naming the trial it retries (user attribute `sweep.schema.ATTR_RETRY_OF`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import optuna
 from optuna.trial import TrialState as OptunaState
 from ray.tune.search.optuna import OptunaSearch
 
-from sweep.schema import ATTR_STATE, TrialState
+from sweep.schema import ATTR_RETRY_OF, ATTR_STATE, TrialState
 
 __all__ = ["StudySearch", "optuna_state"]
 
@@ -104,14 +106,10 @@ class StudySearch(OptunaSearch):
         """
         n = 0
         for params, state, value in trials:
-            fixed = optuna.trial.FixedTrial(params)
-            try:
-                self._space(fixed)  # the space's define-by-run calls, at these params
-            except ValueError as exc:
-                log.info("finished trial not given to the searcher: %s", exc)
+            sampled = self._sampled(params)
+            if sampled is None:
                 continue
-            distributions = fixed.distributions
-            kept = {k: params[k] for k in distributions}
+            kept, distributions = sampled
             if state is OptunaState.COMPLETE and value is None:
                 state = OptunaState.FAIL
             multi = isinstance(value, list)
@@ -122,6 +120,37 @@ class StudySearch(OptunaSearch):
                 system_attrs=_grid_attrs(self._sampler, kept)))
             n += 1
         return n
+
+    def _sampled(self, params: Mapping[str, Any]) -> tuple[dict, dict] | None:
+        """``(params, distributions)`` of the params this space samples, None if it cannot."""
+        fixed = optuna.trial.FixedTrial(dict(params))
+        try:
+            self._space(fixed)  # the space's define-by-run calls, at these params
+        except ValueError as exc:
+            log.info("trial of an earlier run not given to the searcher: %s", exc)
+            return None
+        return {k: params[k] for k in fixed.distributions}, fixed.distributions
+
+    def retry_trials(self, trials: Iterable[tuple[int, dict[str, Any]]]) -> list[int]:
+        """Queue interrupted trials of an earlier run to be trained again, first.
+
+        Args:
+            trials: ``(number, params)`` per interrupted trial, params under their dotted keys
+                (those this space does not sample are left out).
+
+        Returns:
+            The numbers queued, in order; a trial whose params this space cannot take is not.
+            Call after `seed_trials`: Optuna numbers queued trials as it numbers added ones.
+        """
+        queued = []
+        for number, params in trials:
+            sampled = self._sampled(params)
+            if sampled is None:
+                continue
+            self._ot_study.enqueue_trial(sampled[0], user_attrs={ATTR_RETRY_OF: int(number)},
+                                         skip_if_exists=False)
+            queued.append(int(number))
+        return queued
 
 
 def _grid_attrs(sampler: Any, params: Mapping[str, Any]) -> dict[str, Any]:

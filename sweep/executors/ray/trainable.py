@@ -14,11 +14,18 @@ from typing import Any
 
 from models.errors import ConfigError
 from sweep import space
-from sweep.executors.ray.reporting import TuneReporter, cost_report, final_report, trial_params
+from sweep.executors.ray.reporting import (
+    Ended,
+    TuneReporter,
+    cost_report,
+    final_report,
+    trial_params,
+)
 from sweep.schema import (
     ATTR_REASON,
     ATTR_RUN_ID,
     ATTR_STATE,
+    CONFIG_RETRY_OF,
     CONFIG_TRIAL_NUMBER,
     METRIC_BEST_VAL_LOSS,
     METRIC_VAL_LOSS,
@@ -33,8 +40,10 @@ __all__ = ["search_trainable"]
 def search_trainable(ctx: StudyContext):
     """The function trainable of ``ctx``'s searched trials (picklable closure over ``ctx``).
 
-    Ray passes each trial's config: the sampled params under dotted keys and the trial number
-    (`sweep.schema.CONFIG_TRIAL_NUMBER`). The trial's last report carries its state (which
+    Ray passes each trial's config: the sampled params under dotted keys, the trial number
+    (`sweep.schema.CONFIG_TRIAL_NUMBER`) and, for a trial that retries an interrupted one, that
+    trial's number (`sweep.schema.CONFIG_RETRY_OF`, tag ``sweep.retry_of``). The trial's last
+    report carries its state (which
     `sweep.executors.ray.searcher.StudySearch` turns into the Optuna trial's state), run id and
     ``val_loss`` = its best val loss (what the Optuna executor tells its sampler), nan for a
     diverged trial, or the corpus's unigram baseline for an infeasible config.
@@ -42,13 +51,21 @@ def search_trainable(ctx: StudyContext):
     spec = ctx.spec
 
     def trainable(config: dict[str, Any]) -> None:
+        try:
+            run_trial(config)
+        except Ended:  # Ray ended the trial; the driver ends its run (`TuneReporter`)
+            return
+
+    def run_trial(config: dict[str, Any]) -> None:
         number = int(config[CONFIG_TRIAL_NUMBER])
+        retry_of = config.get(CONFIG_RETRY_OF)
+        retry_of = int(retry_of) if retry_of is not None else None
         params = trial_params(config)
         try:
             configs = space.configs_from_params(spec, params)
         except space.InvalidConfig as err:
             configs = err
-        opened = open_trial(ctx, number, configs, raw_params=params)
+        opened = open_trial(ctx, number, configs, raw_params=params, retry_of=retry_of)
         if isinstance(opened, TrialOutcome):
             outcome, reporter = opened, TuneReporter()
         else:
@@ -57,7 +74,8 @@ def search_trainable(ctx: StudyContext):
             except ConfigError:  # the trainer raises it again, inside the trial's run
                 total = None
             # Multi-objective searches read the cost objectives from every report.
-            reporter = TuneReporter(cost_report(spec, opened.cost), budget_tokens=total)
+            reporter = TuneReporter(cost_report(spec, opened.cost), budget_tokens=total,
+                                    run=opened.run)
             outcome = train_trial(ctx, opened, reporter)
         final = {ATTR_STATE: outcome.state.value, ATTR_RUN_ID: outcome.run_id,
                  **cost_report(spec, outcome.cost)}

@@ -346,3 +346,76 @@ def test_pbt_resamples_integers_with_both_bounds(domain, expected):
         assert isinstance(new["train.grad_clip"], int)
         drawn.add(new["train.grad_clip"])
     assert drawn == expected
+
+
+def test_pbt_keeps_few_checkpoints_and_exploits_read_the_donors(tmp_path, monkeypatch):
+    # One checkpoint kept per member, one every 1024 tokens, perturbations every 2048: a donor
+    # reports newer checkpoints (and Ray deletes the one PBT picked) while the member that
+    # exploits it waits for a slot among 4 members on 2 CPUs (synchronous PBT, so exploits
+    # happen whatever the scheduling). Every exploit must still load its donor's weights.
+    from sweep.executors.ray import executor as ray_run
+    from sweep.executors.ray.pbt import PinnedPBT
+
+    monkeypatch.setattr(ray_run.pbt, "CHECKPOINTS_KEPT", 1)
+    schedulers, on_disk, seen = [], [], set()
+    original = PinnedPBT.on_trial_result
+
+    def counting(self, controller, trial, result):
+        if self not in schedulers:
+            schedulers.append(self)
+        folders = list((tmp_path / "ray").glob("*/*/checkpoint_*"))
+        seen.update(folders)
+        per_member = {}
+        for f in folders:
+            per_member[f.parent] = per_member.get(f.parent, 0) + 1
+        pinned = list((tmp_path / "ray").glob("*/pbt-pinned/*"))
+        on_disk.append((max(per_member.values(), default=0), len(pinned)))
+        return original(self, controller, trial, result)
+
+    monkeypatch.setattr(PinnedPBT, "on_trial_result", counting)
+
+    def build(seed):
+        return make_spec(
+            "ray-pbt-keep", train={"lr": {"float": [1e-6, 3e-2], "log": True}, "tokens": 8192,
+                                   "schedule": "constant", "warmup": 0.0, "eval_every": 1024},
+            search={"scheduler": "pbt", "n_trials": 4, "seed": seed,
+                    "pbt": {"perturbation_interval": 2048, "checkpoint_interval": 1024,
+                            "quantile_fraction": 0.25, "resample_probability": 0.0,
+                            "synch": True,
+                            "hyperparam_mutations": {"lr": {"float": [1e-6, 3e-2],
+                                                            "log": True}}}})
+
+    spec, draws = seed_where(build, 4, lambda d: max(p["train.lr"] for p in d) > 1e-2
+                             and min(p["train.lr"] for p in d) < 1e-5)
+    summary = run_study(spec, out_dir=tmp_path, quiet=True)
+    client, parent, runs = child_runs(summary)
+    assert sorted(runs) == [0, 1, 2, 3]
+    assert all(r.data.tags["sweep.state"] == "COMPLETE" for r in runs.values())
+    (scheduler,) = schedulers
+    # Exploits happened, and each restarted its member from its donor's checkpoint: the
+    # member's run records the donor named in the checkpoint it loaded (pbt.donor), at a token
+    # count the donor checkpointed.
+    assert scheduler.exploits
+    exploited = {}
+    for member, donor, _ in scheduler.exploits:
+        exploited.setdefault(ray_executor_index(member), []).append(ray_executor_index(donor))
+    for number, donors in exploited.items():
+        loaded = sorted((m.step, m.value) for m in
+                        client.get_metric_history(runs[number].info.run_id, "pbt.donor"))
+        assert [int(v) for _, v in loaded] == donors, number
+        for step, donor in loaded:
+            assert step > 0 and step % 1024 == 0
+            donor_steps = {m.step for m in client.get_metric_history(
+                runs[int(donor)].info.run_id, "val_loss")}
+            assert step in donor_steps
+    # Checkpoints on disk stayed bounded: one kept per member (plus the one being reported),
+    # at most one pinned copy per member, though each member wrote 8.
+    assert len(seen) > 4 * 2
+    assert max(n for n, _ in on_disk) <= 2 and max(p for _, p in on_disk) <= 4
+    assert not list((tmp_path / "ray").glob("*/pbt-pinned"))  # removed at the end
+
+
+def ray_executor_index(trial_id):
+    from sweep.executors.ray import member_index
+
+    return member_index(trial_id)
