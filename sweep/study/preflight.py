@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweep.data import DataError, check_corpus
+from sweep.schema import METRIC_N_PARAMS
 from sweep.spec import ChoiceDomain, StudySpec
 from sweep.train.cuda_probe import no_cuda_driver
 
@@ -483,7 +484,7 @@ def check_disk(spec: StudySpec, out: Path, summary: Any) -> None:
     Raises:
         PreflightError: The disk under ``out`` has less free space, naming both figures.
     """
-    largest = (summary.cost or {}).get("n_params") or [0, 0]
+    largest = (summary.cost or {}).get(METRIC_N_PARAMS) or [0, 0]
     parts = {"store and artifacts": float(STORE_RESERVE_BYTES)}
     if spec.search.scheduler == "pbt":
         members = spec.search.population_size or 4
