@@ -7,15 +7,19 @@ executor replaces a worker that died), `reconcile` looks at every trial still ``
 
 - its owner is alive (same host: the process exists with the same start time; another host:
   a heartbeat within `sweep.tracking.owner.GRACE_S`): left alone, and counted as running;
-- its owner is dead: the trial is ``INTERRUPTED``. In Optuna it becomes ``FAIL`` with
-  ``sweep_state = INTERRUPTED`` (samplers skip failed trials), and its MLflow run ends
+- its owner is dead but its MLflow run had ended (the process died between ending the run and
+  telling Optuna): Optuna takes the run's result, and the trial counts as finished;
+- its owner is dead otherwise: the trial is ``INTERRUPTED``. In Optuna it becomes ``FAIL``
+  with ``sweep_state = INTERRUPTED`` (samplers skip failed trials), and its MLflow run ends
   ``KILLED`` with tag ``sweep.state = INTERRUPTED`` and the reason.
 
 With ``search.retry_interrupted`` (the default), every interrupted trial not retried yet is
 queued again with the same parameters (`optuna.Study.enqueue_trial`, user attribute
-``sweep_retry_of`` naming it), so the search loses no point it had chosen. Interrupted trials
-do not count toward ``n_trials``: a study ends with exactly ``n_trials`` finished trials
-(`sweep.schema.TrialState.finished`), plus the interrupted ones, none ``RUNNING``.
+``sweep_retry_of`` naming it), so the search loses no point it had chosen; a point is queued
+again at most `MAX_RETRIES` times (a trial that kills its process each time is given up).
+Interrupted trials do not count toward ``n_trials``: a study ends with exactly ``n_trials``
+finished trials (`sweep.schema.TrialState.finished`), plus the interrupted ones, none
+``RUNNING``.
 """
 
 from __future__ import annotations
@@ -35,14 +39,21 @@ from sweep.schema import (
     ATTR_OWNER,
     ATTR_REASON,
     ATTR_RETRY_OF,
+    ATTR_RUN_ID,
     ATTR_STATE,
+    METRIC_BEST_VAL_LOSS,
+    METRIC_VAL_LOSS,
     TAG_HEARTBEAT,
     TAG_OWNER,
     TAG_TRIAL_NUMBER,
     TrialState,
 )
 from sweep.tracking.owner import owner_alive
+from sweep.tracking.reader import read_trials
 from sweep.tracking.trial_run import TrialRun
+
+#: Times one point is queued again after interruptions before it is given up.
+MAX_RETRIES = 3
 
 __all__ = ["Reconciled", "StudyInterrupted", "interrupt_signals", "reconcile", "reconcile_runs"]
 
@@ -101,12 +112,15 @@ class Reconciled:
         retried: Numbers of the interrupted trials it queued again now.
         running: Numbers of the trials still running in live processes.
         runs_ended: MLflow run ids it ended ``INTERRUPTED``.
+        adopted: Trials whose run had ended (the process died before telling Optuna): Optuna
+            took the run's result, and they count as finished.
     """
 
     interrupted: list[int] = field(default_factory=list)
     retried: list[int] = field(default_factory=list)
     running: list[int] = field(default_factory=list)
     runs_ended: list[str] = field(default_factory=list)
+    adopted: list[int] = field(default_factory=list)
 
 
 def _reason(owner: str | None) -> str:
@@ -131,18 +145,45 @@ def reconcile(ctx: Any, study: Any = None, *, retry: bool | None = None,
     done = Reconciled()
     alive: set[int] | None = None
     if study is not None:
-        alive = _reconcile_optuna(study, done, retry=retry, assume_dead=assume_dead)
+        alive = _reconcile_optuna(study, done, ctx.tracking, retry=retry,
+                                  objectives=list(ctx.spec.search.objectives),
+                                  assume_dead=assume_dead)
     reconcile_runs(ctx.tracking, alive=alive, done=done, assume_dead=assume_dead)
     return done
 
 
-def _reconcile_optuna(study: Any, done: Reconciled, *, retry: bool,
-                      assume_dead: str | None = None) -> set[int]:
+def _adopt(study: Any, t: Any, run: dict[str, Any], objectives: list[str]) -> None:
+    """Tell Optuna the result an ended run recorded for trial ``t``.
+
+    As the objective would have: a complete trial its objective values (``best_val_loss`` for
+    ``val_loss``, the cost metrics for the others), a pruned or infeasible one ``PRUNED``, a
+    diverged or failed one ``FAIL``.
+    """
+    from optuna.trial import TrialState as OptunaState
+
+    storage, state, metrics = study._storage, run["state"], run["metrics"]
+    storage.set_trial_user_attr(t._trial_id, ATTR_STATE, state.value)
+    storage.set_trial_user_attr(t._trial_id, ATTR_RUN_ID, run["run_id"])
+    if run.get("fail_reason"):
+        storage.set_trial_user_attr(t._trial_id, ATTR_REASON, run["fail_reason"][:500])
+    values = [metrics.get(METRIC_BEST_VAL_LOSS if name == METRIC_VAL_LOSS else name)
+              for name in objectives]
+    if state is TrialState.COMPLETE and all(isinstance(v, float) for v in values):
+        storage.set_trial_state_values(t._trial_id, OptunaState.COMPLETE, values)
+        return
+    pruned = state in (TrialState.PRUNED, TrialState.INFEASIBLE)
+    storage.set_trial_state_values(t._trial_id,
+                                   OptunaState.PRUNED if pruned else OptunaState.FAIL)
+
+
+def _reconcile_optuna(study: Any, done: Reconciled, tracking: Any, *, retry: bool,
+                      objectives: list[str], assume_dead: str | None = None) -> set[int]:
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState as OptunaState
 
     storage = study._storage  # user attrs of a trial this process does not run
     alive = set()
+    runs = None
     trials = study.get_trials(deepcopy=False)
     for t in trials:
         if t.state != OptunaState.RUNNING:
@@ -154,6 +195,16 @@ def _reconcile_optuna(study: Any, done: Reconciled, *, retry: bool,
         if owner != assume_dead and owner_alive(owner, beat) is not False:
             alive.add(t.number)
             continue
+        if runs is None:
+            runs = {r["trial"]: r for r in read_trials(tracking.tracking_uri,
+                                                       tracking.experiment_id,
+                                                       tracking.parent_run_id)}
+        ended = runs.get(t.number)
+        if ended is not None and ended["state"].finished:
+            # Killed after its run ended, before Optuna heard: Optuna takes the run's result.
+            _adopt(study, t, ended, objectives)
+            done.adopted.append(t.number)
+            continue
         try:
             storage.set_trial_user_attr(t._trial_id, ATTR_STATE, TrialState.INTERRUPTED.value)
             storage.set_trial_user_attr(t._trial_id, ATTR_REASON, _reason(owner))
@@ -164,12 +215,15 @@ def _reconcile_optuna(study: Any, done: Reconciled, *, retry: bool,
     done.running = sorted(alive)
     if retry:
         trials = study.get_trials(deepcopy=False)
-        retried = {t.user_attrs.get(ATTR_RETRY_OF) for t in trials}
+        previous = {t.number: t.user_attrs.get(ATTR_RETRY_OF) for t in trials}
+        retried = set(previous.values())
         for t in trials:
             if (t.state == OptunaState.FAIL and t.number not in retried
                     and t.user_attrs.get(ATTR_STATE) == TrialState.INTERRUPTED.value):
-                origin = t.user_attrs.get(ATTR_RETRY_OF, t.number)
-                if origin in retried and origin != t.number:
+                attempts, back = 1, previous.get(t.number)
+                while back is not None and attempts <= MAX_RETRIES:
+                    attempts, back = attempts + 1, previous.get(back)
+                if attempts > MAX_RETRIES:  # interrupted every time: its point is given up
                     continue
                 study.enqueue_trial(dict(t.params), user_attrs={ATTR_RETRY_OF: t.number})
                 done.retried.append(t.number)

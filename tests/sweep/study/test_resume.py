@@ -1,0 +1,89 @@
+"""`sweep.study.resume.reconcile` on real stores: dead, alive and half-finished trials."""
+
+import socket
+
+import pytest
+from optuna.trial import TrialState as OptunaState
+
+from sweep.executors.optuna.executor import create_study
+from sweep.schema import ATTR_OWNER, ATTR_RETRY_OF, ATTR_STATE, TrialState
+from sweep.spec import parse_spec
+from sweep.study.resume import MAX_RETRIES, reconcile
+from sweep.study.trial import StudyContext
+from sweep.tracking import StudyTracker, read_trials
+from sweep.tracking.owner import _boot_id, current_owner
+
+DEAD = f"{socket.gethostname()}/{_boot_id()}/4194000/1"  # above any pid_max in use
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    spec = parse_spec({
+        "name": "reconcile",
+        "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=20000",
+        "model": {"vocab_size": 16, "seq_len": 16, "d_model": 16, "n_heads": 2, "n_layers": 1},
+        "train": {"tokens": 4096, "lr": {"float": [1e-3, 1e-2], "log": True}},
+        "search": {"sampler": "random", "pruner": "none", "n_trials": 4},
+    })
+    tracker = StudyTracker.start(f"sqlite:///{tmp_path / 'mlflow.db'}", spec.name,
+                                 spec.to_data(), executor="optuna", algorithm="random+none")
+    return StudyContext(spec, tmp_path, tracker.context)
+
+
+def running_trial(study, owner):
+    trial = study.ask()
+    trial.suggest_float("train.lr", 1e-3, 1e-2, log=True)
+    trial.set_user_attr(ATTR_OWNER, owner)
+    return trial
+
+
+def test_a_dead_trial_is_interrupted_and_queued_again_a_live_one_left_alone(ctx):
+    study = create_study(ctx)
+    dead = running_trial(study, DEAD)
+    live = running_trial(study, current_owner())
+    run = ctx.tracking.start_trial(dead.number, {"train": {"lr": 3e-3}})
+    done = reconcile(ctx, study)
+    assert done.interrupted == [dead.number] and done.retried == [dead.number]
+    assert done.running == [live.number] and done.runs_ended == [run.run_id]
+    trials = {t.number: t for t in study.get_trials()}
+    assert trials[dead.number].state == OptunaState.FAIL
+    assert trials[dead.number].user_attrs[ATTR_STATE] == TrialState.INTERRUPTED
+    assert trials[live.number].state == OptunaState.RUNNING
+    waiting = [t for t in study.get_trials() if t.state == OptunaState.WAITING]
+    assert len(waiting) == 1 and waiting[0].user_attrs[ATTR_RETRY_OF] == dead.number
+    assert waiting[0].system_attrs["fixed_params"] == trials[dead.number].params
+    runs = read_trials(ctx.tracking.tracking_uri, ctx.tracking.experiment_id,
+                       ctx.tracking.parent_run_id)
+    assert [(r["trial"], r["state"]) for r in runs] == [(dead.number, TrialState.INTERRUPTED)]
+    # reconciling again changes nothing: the retry is queued once
+    again = reconcile(ctx, study)
+    assert again.interrupted == again.retried == [] and again.running == [live.number]
+
+
+def test_a_trial_killed_after_its_run_ended_takes_the_runs_result(ctx):
+    study = create_study(ctx)
+    trial = running_trial(study, DEAD)
+    run = ctx.tracking.start_trial(trial.number, {"train": {"lr": 3e-3}})
+    run.report(4096, {"val_loss": 2.5})
+    run.end(TrialState.COMPLETE)
+    done = reconcile(ctx, study)
+    assert done.adopted == [trial.number] and done.interrupted == done.retried == []
+    frozen = study.get_trials()[trial.number]
+    assert frozen.state == OptunaState.COMPLETE and frozen.value == 2.5
+    assert not [t for t in study.get_trials() if t.state == OptunaState.WAITING]
+
+
+def test_a_point_interrupted_every_time_is_given_up(ctx):
+    study = create_study(ctx)
+    origin = running_trial(study, DEAD)
+    reconcile(ctx, study)
+    for _ in range(MAX_RETRIES):
+        retry = study.ask()  # the queued retry, run and interrupted again
+        assert retry.user_attrs[ATTR_RETRY_OF] is not None
+        retry.set_user_attr(ATTR_OWNER, DEAD)
+        reconcile(ctx, study)
+    interrupted = [t for t in study.get_trials()
+                   if t.user_attrs.get(ATTR_STATE) == TrialState.INTERRUPTED]
+    assert len(interrupted) == MAX_RETRIES + 1
+    assert not [t for t in study.get_trials() if t.state == OptunaState.WAITING]
+    assert interrupted[0].number == origin.number
