@@ -55,7 +55,8 @@ from sweep.tracking.trial_run import TrialRun
 #: Times one point is queued again after interruptions before it is given up.
 MAX_RETRIES = 3
 
-__all__ = ["Reconciled", "StudyInterrupted", "interrupt_signals", "reconcile", "reconcile_runs"]
+__all__ = ["Reconciled", "StudyInterrupted", "interrupt_signals", "reconcile", "reconcile_runs",
+           "signal_handlers"]
 
 
 class _Received:
@@ -72,17 +73,28 @@ def interrupt_signals():
     restored on exit. Yields a `_Received` whose ``name`` is ``SIGINT`` or ``SIGTERM``.
     """
     received = _Received()
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
 
     def handler(signum: int, frame: Any) -> None:
         received.name = signal.Signals(signum).name
         raise KeyboardInterrupt(received.name)
 
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with signal_handlers(handler):
         yield received
+
+
+@contextlib.contextmanager
+def signal_handlers(handler: Any, signals: tuple = (signal.SIGINT, signal.SIGTERM)):
+    """Install ``handler`` for ``signals`` and restore the previous handlers on exit.
+
+    Only the main thread can handle signals: elsewhere nothing is installed. Yields whether
+    the handlers were installed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    old = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield True
     finally:
         for sig, previous in old.items():
             signal.signal(sig, previous)

@@ -38,7 +38,6 @@ import math
 import os
 import shutil
 import signal
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -73,7 +72,7 @@ from sweep.schema import (
 )
 from sweep.spec import StudySpec
 from sweep.study.progress import ProgressView
-from sweep.study.resume import StudyInterrupted
+from sweep.study.resume import StudyInterrupted, signal_handlers
 from sweep.study.trial import StudyContext
 from sweep.tracking import TrialRun, read_trials
 from sweep.tracking.owner import owner_alive
@@ -155,14 +154,10 @@ def _interrupts(stop: _Interrupt):
             raise stop.error()
         stop.signal = signal.Signals(signum).name
 
-    old = {}
-    if threading.current_thread() is threading.main_thread():
-        old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield stop
+        with signal_handlers(handler):
+            yield stop
     finally:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
         if old_env is None:
             os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
         else:
