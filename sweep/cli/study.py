@@ -394,4 +394,16 @@ def worker(
                   "same storage and --out)")
     _check_joinable(spec, uri, found[1])
     ctx = StudyContext(spec, out_dir, TrialContext(uri, *found), device=device)
-    optuna_executor.run_worker(ctx, trials)
+    from sweep.study.resume import interrupt_signals
+    from sweep.tracking.faults import InfrastructureError
+
+    with interrupt_signals() as received:
+        try:
+            optuna_executor.run_worker(ctx, trials)
+        except KeyboardInterrupt:
+            name = received.name or "SIGINT"
+            common.stopped(f"worker for study {spec.name}: interrupted by {name}; its trial is "
+                           "INTERRUPTED and will be retried", 143 if name == "SIGTERM" else 130)
+        except InfrastructureError as err:
+            common.stopped(f"worker for study {spec.name}: {err.what}; its trial is "
+                           "INTERRUPTED; run the worker again once it is back", 3)

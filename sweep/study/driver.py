@@ -244,42 +244,46 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
         if prior is not None:  # the progress total (re-centring may change it a little)
             total = sum(len(b.points) for b in prior)
         say = _printer(console)
-        study, stopped, received = None, None, None
-        try:
-            with interrupt_signals() as received, \
-                    ProgressView(spec.name, total, quiet=quiet, console=console) as view:
-                if spec.search.executor != "optuna":  # the Optuna executor reconciles itself
-                    _say_reconciled(reconcile(ctx), view.note)
-                def attempt():
-                    if spec.scaling is None:
-                        return executor.run(ctx, total, view, address=ray_address), []
-                    study, layouts = run_scaling(executor, ctx, view, address=ray_address,
-                                                 corpus_train_tokens=len(corpus.train),
-                                                 client=tracker.client,
-                                                 say=None if quiet else say)
-                    return study, layout_notes(layouts)
-
-                study, notes = _with_fault_retries(attempt, spec.search.fault_wait_s,
-                                                   _printer(None))  # stderr, even if quiet
-        except KeyboardInterrupt:
-            name = getattr(received, "name", None) or "SIGINT"
-            stopped = StudyInterrupted(f"interrupted by {name}",
-                                       exit_code=143 if name == "SIGTERM" else 130)
-        except StudyInterrupted as exc:
-            stopped = exc
+        study, stopped = None, None
         names = list(spec.search.objectives) if len(spec.search.objectives) > 1 else None
-        if stopped is not None:
-            _reconcile_after_stop(executor, ctx)
+        # One signal stops the study; more, while it records the stop, are ignored.
+        with interrupt_signals() as received:
             try:
-                result = finish_study(tracker, study, objective_names=names,
-                                      interrupted=str(stopped))
-                counts = {k: v for k, v in result["counts"].items() if v}
-            except Exception:  # noqa: BLE001 (the store is what failed: the resume records it)
-                tracker.finished = True
-                counts = "not recorded: the tracking store did not answer"
-            stopped.args = (f"study {spec.name}: {stopped}; trials so far: {counts or 'none'}; "
-                            f"run the same command again to resume (output folder {out})",)
-            raise stopped
+                with ProgressView(spec.name, total, quiet=quiet, console=console) as view:
+                    if spec.search.executor != "optuna":  # the Optuna executor reconciles
+                        _say_reconciled(reconcile(ctx), view.note)
+
+                    def attempt():
+                        if spec.scaling is None:
+                            return executor.run(ctx, total, view, address=ray_address), []
+                        study, layouts = run_scaling(executor, ctx, view, address=ray_address,
+                                                     corpus_train_tokens=len(corpus.train),
+                                                     client=tracker.client,
+                                                     say=None if quiet else say)
+                        return study, layout_notes(layouts)
+
+                    study, notes = _with_fault_retries(attempt, spec.search.fault_wait_s,
+                                                       _printer(None))  # stderr, if quiet
+            except KeyboardInterrupt:
+                name = received.name or "SIGINT"
+                stopped = StudyInterrupted(f"interrupted by {name}",
+                                           exit_code=143 if name == "SIGTERM" else 130)
+            except StudyInterrupted as exc:
+                stopped = exc
+                received.name = received.name or "stop"  # ignore signals while recording it
+            if stopped is not None:
+                _reconcile_after_stop(executor, ctx)
+                try:
+                    result = finish_study(tracker, study, objective_names=names,
+                                          interrupted=str(stopped))
+                    counts = {k: v for k, v in result["counts"].items() if v}
+                except Exception:  # noqa: BLE001 (the store failed: the resume records it)
+                    tracker.finished = True
+                    counts = "not recorded: the tracking store did not answer"
+                stopped.args = (f"study {spec.name}: {stopped}; trials so far: "
+                                f"{counts or 'none'}; run the same command again to resume "
+                                f"(output folder {out})",)
+                raise stopped
         result = finish_study(tracker, study, objective_names=names)
     return StudySummary(
         name=spec.name, out_dir=out, tracking_uri=uri, parent_run_id=tracker.parent_run_id,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,8 @@ from sweep.tracking.owner import owner_alive
 from sweep.tracking.reader import read_trials
 from sweep.tracking.trial_run import TrialRun
 
+#: Seconds a trial may lack its owner record before it is taken for a killed one's.
+OWNERLESS_S = 10.0
 #: Times one point is queued again after interruptions before it is given up.
 MAX_RETRIES = 3
 
@@ -75,19 +78,23 @@ def interrupt_signals():
     received = _Received()
 
     def handler(signum: int, frame: Any) -> None:
+        if received.name is not None:
+            return  # already stopping: a second Ctrl-C must not break the clean stop
         received.name = signal.Signals(signum).name
         raise KeyboardInterrupt(received.name)
 
-    with signal_handlers(handler):
+    with signal_handlers(handler, keep=lambda: received.name is not None):
         yield received
 
 
 @contextlib.contextmanager
-def signal_handlers(handler: Any, signals: tuple = (signal.SIGINT, signal.SIGTERM)):
+def signal_handlers(handler: Any, signals: tuple = (signal.SIGINT, signal.SIGTERM), *,
+                    keep: Any = None):
     """Install ``handler`` for ``signals`` and restore the previous handlers on exit.
 
     Only the main thread can handle signals: elsewhere nothing is installed. Yields whether
-    the handlers were installed.
+    the handlers were installed. When ``keep()`` is true on exit (the process is stopping on
+    a signal), the signals stay ignored instead, so that one more cannot break the exit.
     """
     if threading.current_thread() is not threading.main_thread():
         yield False
@@ -96,8 +103,9 @@ def signal_handlers(handler: Any, signals: tuple = (signal.SIGINT, signal.SIGTER
     try:
         yield True
     finally:
+        stopping = keep is not None and keep()
         for sig, previous in old.items():
-            signal.signal(sig, previous)
+            signal.signal(sig, signal.SIG_IGN if stopping else previous)
 
 
 class StudyInterrupted(RuntimeError):
@@ -201,10 +209,21 @@ def _reconcile_optuna(study: Any, done: Reconciled, tracking: Any, *, retry: boo
         if t.state != OptunaState.RUNNING:
             continue
         owner = t.user_attrs.get(ATTR_OWNER)
+        if owner is None:
+            # The objective records its owner first thing: a trial without one is a process's
+            # for milliseconds, so wait out OWNERLESS_S from its start, then it is dead.
+            started = t.datetime_start.timestamp() if t.datetime_start else 0.0
+            time.sleep(max(0.0, min(OWNERLESS_S, started + OWNERLESS_S - time.time())))
+            t = study._storage.get_trial(t._trial_id)
+            if t.state != OptunaState.RUNNING:
+                continue
+            owner = t.user_attrs.get(ATTR_OWNER)
         beat = t.user_attrs.get(ATTR_HEARTBEAT)
         if beat is None and t.datetime_start is not None:
             beat = t.datetime_start.timestamp()
-        if owner != assume_dead and owner_alive(owner, beat) is not False:
+        if owner is None or owner == assume_dead:
+            pass  # dead: see above
+        elif owner_alive(owner, beat) is not False:
             alive.add(t.number)
             continue
         if runs is None:
@@ -224,6 +243,10 @@ def _reconcile_optuna(study: Any, done: Reconciled, tracking: Any, *, retry: boo
         except UpdateFinishedTrialError:  # it finished meanwhile
             continue
         done.interrupted.append(t.number)
+        if ended is None:  # stopped before its run was opened: record it in MLflow too
+            with tracking.start_trial(t.number, {k: v for k, v in t.params.items()},
+                                     retry_of=t.user_attrs.get(ATTR_RETRY_OF)) as run:
+                run.end(TrialState.INTERRUPTED, fail_reason=_reason(owner))
     done.running = sorted(alive)
     if retry:
         trials = study.get_trials(deepcopy=False)

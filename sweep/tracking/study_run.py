@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from mlflow import MlflowClient
 from mlflow.entities import Metric, RunStatus, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
 from sweep.schema import (
@@ -40,7 +41,7 @@ from sweep.schema import (
     count_metric,
     unflatten_params,
 )
-from sweep.spec.resume import check_resume_compatible
+from sweep.spec.resume import ResumeError, check_resume_compatible
 from sweep.tracking.reader import latest_parent, read_trials
 from sweep.tracking.trial_run import TrialContext, TrialRun, finite, now_ms
 from sweep.tracking.uris import absolute_uri, ensure_store, sqlite_path
@@ -132,10 +133,18 @@ class StudyTracker:
         else:
             run_id = parent.info.run_id
             old_digest = parent.data.tags.get(TAG_SPEC_HASH, "unknown")
-            old_spec = load_stored_spec(client, run_id)
-            for note in check_resume_compatible(old_spec, spec):
+            try:
+                old_spec = load_stored_spec(client, run_id)
+            except MlflowException:
+                old_spec = None
+            if old_spec is None:  # killed between creating the parent and logging its spec
+                if read_trials(tracking_uri, experiment_id, run_id):
+                    raise ResumeError(f"cannot resume {study_name}: its parent run {run_id} "
+                                      f"holds trials but no {SPEC_ARTIFACT} to compare the "
+                                      "spec with; start a new study (another name or --out)")
+            for note in check_resume_compatible(old_spec or spec, spec):
                 log.warning("resuming %s with a changed spec: %s", study_name, note)
-            if old_digest != digest:
+            if old_spec is not None and old_digest != digest:
                 client.log_text(run_id, yaml.safe_dump(old_spec), f"spec_history/{old_digest}.yaml")
             client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
             if TAG_FAIL_REASON in parent.data.tags:  # why the last run stopped, now stale

@@ -224,13 +224,27 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
+    """A worker's SIGTERM (from the driver) or SIGINT: stop once, ignore any that follow."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def _quiet_interrupts(unraisable: Any) -> None:
+    """Drop an interrupt raised inside a finaliser, which Python can only print and ignore.
+
+    The driver kills a worker that did not stop, and reconciles its trial.
+    """
+    if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+        sys.__unraisablehook__(unraisable)
 
 
 def _worker_main(ctx: StudyContext, n_trials: int, seed_offset: int, threads: int,
                  parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    signal.signal(signal.SIGINT, _sigterm_as_interrupt)
+    sys.unraisablehook = _quiet_interrupts
     torch.set_num_threads(threads)
     try:
         _optimize(create_study(ctx, seed_offset=seed_offset), ctx, n_trials)
@@ -300,6 +314,12 @@ def enqueue(study: optuna.Study, points: tuple[dict[str, Any], ...]) -> int:
         else:
             study.enqueue_trial(dict(point))
     return len(points)
+
+
+def _still_to_run(study: optuna.Study, goal: int, reconciled: Reconciled) -> int:
+    """Trials to start so the study reaches ``goal`` finished ones, counting those running."""
+    finished = sum(trial_state(t).finished for t in study.get_trials(deepcopy=False))
+    return max(0, goal - finished - len(reconciled.running))
 
 
 def _finished_by(study: optuna.Study, pid: int) -> int:
@@ -402,11 +422,11 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
         retried = f", {len(reconciled.retried)} queued again" if reconciled.retried else ""
         view.note(f"resuming: trial(s) {', '.join(map(str, reconciled.interrupted))} of a "
                   f"process that is gone marked INTERRUPTED{retried}")
+    goal = None if ctx.points else n_trials
     if ctx.points:
         n_trials = enqueue(study, ctx.points)
     else:
-        finished = sum(trial_state(t).finished for t in study.get_trials(deepcopy=False))
-        n_trials = max(0, n_trials - finished - len(reconciled.running))
+        n_trials = _still_to_run(study, goal, reconciled)
     parallel = max(1, min(ctx.spec.search.parallel, n_trials))
     stop = threading.Event()
 
@@ -417,10 +437,28 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
     try:
-        if n_trials and parallel == 1:
-            _optimize(study, ctx, n_trials)
-        elif n_trials:
-            _supervise(study, ctx, n_trials, parallel, seed_base=stored)
+        waiting_said = False
+        while True:
+            if n_trials and parallel == 1:
+                _optimize(study, ctx, n_trials)
+            elif n_trials:
+                _supervise(study, ctx, n_trials, parallel, seed_base=stored)
+            # Trials of `sweep worker` processes may still run: wait for them, and run what a
+            # worker that died leaves undone, so the study ends with all its trials.
+            reconciled = reconcile_trials(ctx, study, assume_dead=current_owner())
+            n_trials = 0
+            if goal is not None and reconciled.interrupted:  # a worker elsewhere died
+                n_trials = _still_to_run(study, goal, reconciled)
+                parallel = max(1, min(ctx.spec.search.parallel, n_trials))
+            if n_trials:
+                continue
+            if not reconciled.running:  # (a sampler that stopped the study stays stopped)
+                break
+            if not waiting_said:
+                view.note(f"waiting for trial(s) {', '.join(map(str, reconciled.running))} "
+                          "of other workers")
+                waiting_said = True
+            time.sleep(2.0)
     finally:
         stop.set()
         poller.join(timeout=5)

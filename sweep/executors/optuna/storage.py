@@ -13,15 +13,25 @@ import optuna
 
 from sweep.tracking import shown_uri
 
+#: Seconds after which a journal lock is taken for one a killed process left.
+JOURNAL_LOCK_GRACE_S = 5
+
 
 def make_storage(url: str) -> Any:
     """Optuna storage for ``url``: an RDB URL as is, anything else a journal file path."""
     if "://" in url:
         return url
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
+    from optuna.storages.journal import (
+        JournalFileBackend,
+        JournalFileSymlinkLock,
+        JournalStorage,
+    )
 
     Path(url).parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(url)))
+    # A lock left by a killed process is taken over after JOURNAL_LOCK_GRACE_S (Optuna's
+    # default, 30 s, stalls every resume after a kill); a journal write holds it milliseconds.
+    lock = JournalFileSymlinkLock(str(url), grace_period=JOURNAL_LOCK_GRACE_S)
+    return JournalStorage(JournalFileBackend(str(url), lock_obj=lock))
 
 
 def study_exists(name: str, url: str) -> bool:

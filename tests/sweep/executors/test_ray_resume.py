@@ -90,7 +90,8 @@ def session_members(sid):
 
 def kill_session(proc):
     """SIGKILL the driver's group and every process of its session until none is left."""
-    os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):  # the group may have gone already
+        os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 60
     while (members := session_members(proc.pid)) and time.monotonic() < deadline:

@@ -210,13 +210,20 @@ def test_a_killed_worker_is_replaced_and_its_trial_retried(tmp_path):
         ATTR_STATE] == "INTERRUPTED"
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_interrupt_stops_cleanly_and_resumes(tmp_path, sig, code):
+@pytest.mark.parametrize(("sig", "code", "times"), [
+    (signal.SIGINT, 130, 1), (signal.SIGTERM, 143, 1),
+    (signal.SIGINT, 130, 3),  # an impatient user: more Ctrl-C while the stop is recorded
+])
+def test_interrupt_stops_cleanly_and_resumes(tmp_path, sig, code, times):
     spec = write_spec(tmp_path)
     proc = start(tmp_path, spec)
     wait_mid_trial(tmp_path, proc, n_finished=1)
     sent = time.monotonic()
     proc.send_signal(sig)
+    for _ in range(times - 1):
+        time.sleep(0.3)
+        if proc.poll() is None:
+            proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert time.monotonic() - sent < 30
     assert proc.returncode == code, err

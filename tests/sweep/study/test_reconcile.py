@@ -87,3 +87,45 @@ def test_a_point_interrupted_every_time_is_given_up(ctx):
     assert len(interrupted) == MAX_RETRIES + 1
     assert not [t for t in study.get_trials() if t.state == OptunaState.WAITING]
     assert interrupted[0].number == origin.number
+
+
+def test_a_trial_killed_before_it_recorded_its_owner_is_interrupted_and_recorded(ctx,
+                                                                                monkeypatch):
+    import sweep.study.resume as resume
+
+    monkeypatch.setattr(resume, "OWNERLESS_S", 0.2)
+    study = create_study(ctx)
+    trial = study.ask()  # killed before the objective's first line: no owner, no run
+    trial.suggest_float("train.lr", 1e-3, 1e-2, log=True)
+    done = reconcile(ctx, study)
+    assert done.interrupted == [trial.number] and done.retried == [trial.number]
+    runs = read_trials(ctx.tracking.tracking_uri, ctx.tracking.experiment_id,
+                       ctx.tracking.parent_run_id)
+    assert [(r["trial"], r["state"]) for r in runs] == [(trial.number, TrialState.INTERRUPTED)]
+    assert runs[0]["params"]["train.lr"] == pytest.approx(study.get_trials()[0].params[
+        "train.lr"])
+
+
+def test_a_parent_killed_before_its_spec_was_logged_resumes(tmp_path):
+    from mlflow import MlflowClient
+
+    from sweep.schema import KIND_STUDY, SPEC_ARTIFACT, TAG_KIND
+    from sweep.tracking import ResumeError
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec = {"name": "half", "search": {"n_trials": 2}}
+    first = StudyTracker.start(uri, "half", spec, executor="optuna", algorithm="tpe+none")
+    client = MlflowClient(uri)
+    half = client.create_run(first.experiment_id, tags={TAG_KIND: KIND_STUDY},
+                             run_name="half")  # newest parent, killed before spec.yaml
+    again = StudyTracker.start(uri, "half", spec, executor="optuna", algorithm="tpe+none",
+                               resume=True)
+    assert again.parent_run_id == half.info.run_id
+    assert [a.path for a in client.list_artifacts(half.info.run_id)] == [SPEC_ARTIFACT]
+    # a parent that holds trials but no spec cannot be compared, so it is refused
+    other = client.create_run(first.experiment_id, tags={TAG_KIND: KIND_STUDY}, run_name="x")
+    again.context.__class__(uri, first.experiment_id, other.info.run_id).start_trial(0).end(
+        TrialState.COMPLETE)
+    with pytest.raises(ResumeError, match="holds trials but no spec.yaml"):
+        StudyTracker.start(uri, "half", spec, executor="optuna", algorithm="tpe+none",
+                           resume=True)
