@@ -321,50 +321,50 @@ def check_after_fault(url, tmp_path, n_trials):
     return interrupted
 
 
-@pytest.mark.server
-def test_tracking_server_down_for_a_while_pauses_the_study(tmp_path):
+@pytest.fixture
+def stoppable_server(tmp_path):
     server = Server(tmp_path)
     server.start()
-    try:
-        spec = server_study(tmp_path, server.url, fault_wait_s=120)
-        proc = start_fast_failing(tmp_path, spec)
-        wait_mid_trial(tmp_path, proc, n_finished=2)
-        before = optuna_trials(tmp_path)
+    yield server
+    if server.proc is not None:
         server.stop()
-        time.sleep(8)  # the trial's next evaluation finds no server
-        assert proc.poll() is None  # paused, not stopped, and no trial burnt meanwhile
-        assert sum(finished(t) for t in optuna_trials(tmp_path)) <= sum(
-            finished(t) for t in before) + 1
-        server.start()
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err
-        assert "retrying in" in err and "Traceback" not in err
-        check_after_fault(server.url, tmp_path, 6)
-    finally:
-        if server.proc is not None:
-            server.stop()
 
 
 @pytest.mark.server
-def test_tracking_server_down_too_long_stops_with_one_line_then_resumes(tmp_path):
-    server = Server(tmp_path)
+def test_tracking_server_down_for_a_while_pauses_the_study(tmp_path, stoppable_server):
+    server = stoppable_server
+    spec = server_study(tmp_path, server.url, fault_wait_s=120)
+    proc = start_fast_failing(tmp_path, spec)
+    wait_mid_trial(tmp_path, proc, n_finished=2)
+    before = optuna_trials(tmp_path)
+    server.stop()
+    time.sleep(8)  # the trial's next evaluation finds no server
+    assert proc.poll() is None  # paused, not stopped, and no trial burnt meanwhile
+    assert sum(finished(t) for t in optuna_trials(tmp_path)) <= sum(
+        finished(t) for t in before) + 1
     server.start()
-    try:
-        spec = server_study(tmp_path, server.url, fault_wait_s=10)
-        proc = start_fast_failing(tmp_path, spec)
-        wait_mid_trial(tmp_path, proc, n_finished=2)
-        server.stop()
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 3, err
-        assert "Traceback" not in err
-        stopped = [line for line in err.splitlines() if line.startswith("stopped:")]
-        assert len(stopped) == 1 and "the MLflow tracking server does not answer" in stopped[0]
-        assert "run the same command again to resume" in stopped[0]
-        trials = optuna_trials(tmp_path)
-        assert by_state(trials).get("INTERRUPTED", 0) >= 1 and "RUNNING" not in by_state(trials)
-        server.start()
-        resume(tmp_path, spec)
-        check_after_fault(server.url, tmp_path, 6)
-    finally:
-        if server.proc is not None:
-            server.stop()
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert "retrying in" in err and "Traceback" not in err
+    check_after_fault(server.url, tmp_path, 6)
+
+
+@pytest.mark.server
+def test_tracking_server_down_too_long_stops_with_one_line_then_resumes(tmp_path,
+                                                                       stoppable_server):
+    server = stoppable_server
+    spec = server_study(tmp_path, server.url, fault_wait_s=10)
+    proc = start_fast_failing(tmp_path, spec)
+    wait_mid_trial(tmp_path, proc, n_finished=2)
+    server.stop()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 3, err
+    assert "Traceback" not in err
+    stopped = [line for line in err.splitlines() if line.startswith("stopped:")]
+    assert len(stopped) == 1 and "the MLflow tracking server does not answer" in stopped[0]
+    assert "run the same command again to resume" in stopped[0]
+    trials = optuna_trials(tmp_path)
+    assert by_state(trials).get("INTERRUPTED", 0) >= 1 and "RUNNING" not in by_state(trials)
+    server.start()
+    resume(tmp_path, spec)
+    check_after_fault(server.url, tmp_path, 6)
