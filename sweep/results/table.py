@@ -55,6 +55,7 @@ LEAD_COLUMNS = (
     METRIC_TOKENS_PER_S,
     METRIC_WALL_S,
     "fail_reason",
+    "retry_of",
     "run_id",
 )
 #: A scaling study's trials add these (after `LEAD_COLUMNS`).
@@ -131,7 +132,8 @@ def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
     Sorted by ``best_val_loss`` ascending with NaN (failed, diverged, infeasible) last, then
     trial number. ``final_val_loss`` is the runner's ``final_val_loss`` metric, else the last
     ``val_loss`` of a COMPLETE, PRUNED or RUNNING trial (NaN otherwise); ``tokens`` the tokens
-    trained.
+    trained; ``retry_of`` the number of the ``INTERRUPTED`` trial a trial retries (None if
+    none).
     """
     rows = []
     for trial in trials:
@@ -141,6 +143,7 @@ def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
             trial=trial["trial"],
             state=trial["state"],
             fail_reason=trial["fail_reason"],
+            retry_of=trial.get("retry_of"),
             run_id=trial["run_id"],
             final_val_loss=metrics.get(
                 METRIC_FINAL_VAL_LOSS,

@@ -100,4 +100,9 @@ def test_a_disk_full_mid_study_interrupts_one_trial_and_the_study_goes_on(tmp_pa
         k: v for k, v in interrupted["params"].items() if k.startswith("train.lr")}
     assert interrupted["fail_reason"] == "interrupted: the disk is full (mlflow.db)"
     assert summary.counts["COMPLETE"] == 4 and summary.counts["FAILED"] == 0
+    from sweep.results import load_results
+
+    frame = load_results(tmp_path / "out")  # sweep results says what was retried
+    assert list(frame["retry_of"].dropna()) == [interrupted["trial"]]
+    assert list(frame["state"]).count("INTERRUPTED") == 1
     shutil.rmtree(tmp_path / "out")
