@@ -30,7 +30,7 @@ ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 N_TRIALS = 6
-TOKENS = 12288  # a trial's budget
+TOKENS = 36864  # a trial's budget: long enough to be caught mid-trial on a quiet machine
 FINISHED = ("COMPLETE", "PRUNED", "FAILED", "INFEASIBLE", "DIVERGED")
 REPO = Path(__file__).resolve().parents[3]
 
