@@ -12,7 +12,46 @@ MARKERS_OF_FIXTURE = {
     "server": {"server"},  # tests/sweep/tracking/test_tracking_server.py: mlflow server
     "head_node": {"ray", "slow"},  # tests/sweep/executors/test_ray_cluster.py: ray start --head
     "local_ray": {"ray"},  # tests/sweep/executors/test_ray_executor.py: ray.init
+    "stoppable_server": {"server"},  # below: an mlflow server a test stops and starts again
 }
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class StoppableServer:
+    """A real ``mlflow server`` on 127.0.0.1 that a test can stop and start again."""
+
+    def __init__(self, root):
+        self.root, self.port = root, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+
+    def start(self):
+        from sweep.results import start_ui
+
+        self.proc = start_ui(f"sqlite:///{self.root / 'mlflow.db'}", port=self.port,
+                             log_path=self.root / "server.log")
+
+    def stop(self):
+        from sweep.results import stop_ui
+
+        stop_ui(self.proc)
+        self.proc = None
+
+
+@pytest.fixture
+def stoppable_server(tmp_path):
+    server = StoppableServer(tmp_path)
+    server.start()
+    yield server
+    if server.proc is not None:
+        server.stop()
 
 
 def pytest_collection_modifyitems(config, items):

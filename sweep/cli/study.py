@@ -1,4 +1,4 @@
-"""Commands that run studies: ``sweep validate``, ``sweep run``, ``sweep worker``."""
+"""Commands that run studies: ``sweep validate``, ``run``, ``worker``, ``sync``."""
 
 from __future__ import annotations
 
@@ -393,7 +393,11 @@ def worker(
                   f"{shown_uri(storage)}; start it with sweep run (with the "
                   "same storage and --out)")
     _check_joinable(spec, uri, found[1])
-    ctx = StudyContext(spec, out_dir, TrialContext(uri, *found), device=device)
+    from sweep.tracking.buffer import BUFFER_DIR
+
+    ctx = StudyContext(spec, out_dir, TrialContext(uri, *found,
+                                                   buffer_dir=str(out_dir / BUFFER_DIR)),
+                       device=device)
     from sweep.study.resume import interrupt_signals
     from sweep.tracking.faults import InfrastructureError
 
@@ -407,3 +411,62 @@ def worker(
         except InfrastructureError as err:
             common.stopped(f"worker for study {spec.name}: {err.what}; its trial is "
                            "INTERRUPTED; run the worker again once it is back", 3)
+
+
+@app.command()
+def sync(
+    study_dir: str = typer.Argument(..., metavar="STUDY_DIR",
+                                    help="The study's output folder (./runs/<name>)."),
+    tracking_uri: str = typer.Option(None, help="Send to this MLflow tracking URI instead of "
+                                                "the one the study used (e.g. with its "
+                                                "password, which the folder does not keep)."),
+) -> None:
+    """Send the trial results kept in STUDY_DIR while the tracking store did not answer.
+
+    A trial whose MLflow writes failed kept them in ``STUDY_DIR/mlflow-buffer``
+    (`sweep.tracking.buffer`); this sends them, in order, into the runs they belong to (no run
+    is created, so none is doubled) and deletes what was sent. ``sweep run`` does the same when
+    it resumes. Exits 0 when everything was sent, 3 when the store still does not answer (what
+    was not sent stays), 1 when the store refused a run's writes for another reason.
+    """
+    folder = Path(study_dir)
+    if not folder.is_dir():
+        bad_input(f"STUDY_DIR {study_dir}: not a folder")
+    from sweep.tracking.buffer import BUFFER_DIR, buffered_runs
+
+    files = buffered_runs(folder / BUFFER_DIR)
+    if not files:
+        common.console.print(f"nothing to send: no buffered trial runs in {folder / BUFFER_DIR}",
+                             highlight=False)
+        return
+    uris = {tracking_uri or header.get("tracking_uri") for _, header in files}
+    if None in uris or any("***" in u for u in uris):
+        bad_input(f"{folder / BUFFER_DIR}: the study's tracking URI hides its password "
+                  "(it is never stored); give it with --tracking-uri")
+    from mlflow import MlflowClient
+
+    from sweep.tracking import UnreachableStoreError, check_reachable, shown_uri
+    from sweep.tracking.buffer import sync_folder
+
+    for uri in sorted(uris):
+        try:
+            check_reachable(uri, "--tracking-uri" if tracking_uri else "the study's tracking URI")
+        except UnreachableStoreError as exc:
+            common.stopped(f"{exc}; nothing sent, {len(files)} trial run(s) kept in "
+                           f"{folder / BUFFER_DIR}", 3)
+    clients = {uri: MlflowClient(uri) for uri in uris}
+    result = sync_folder(folder / BUFFER_DIR,
+                         lambda header: clients[tracking_uri or header["tracking_uri"]])
+    shown = ", ".join(shown_uri(u) for u in sorted(uris))
+    common.console.print(f"sent {result.writes} write(s) of {len(result.runs)} trial run(s) "
+                         f"to {shown}", highlight=False)
+    for run_id, reason in result.rejected:
+        common.err_console.print(f"run {run_id}: not sent: {reason} (kept in "
+                                 f"{folder / BUFFER_DIR})", highlight=False, soft_wrap=True)
+    if result.error is not None:
+        from sweep.tracking.faults import infrastructure_fault
+
+        common.stopped(f"{infrastructure_fault(result.error)}; {len(result.left)} trial run(s) "
+                       f"kept in {folder / BUFFER_DIR}; run sweep sync again once it is back", 3)
+    if result.rejected:
+        raise typer.Exit(code=1)

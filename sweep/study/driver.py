@@ -12,6 +12,7 @@ corpus cache (``data/``), the Optuna journal, checkpoints and the default MLflow
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import shutil
@@ -33,6 +34,7 @@ from sweep.study.scaling import layout_notes, run_scaling
 from sweep.study.summary import finish_study
 from sweep.study.trial import StudyContext
 from sweep.tracking import StudyTracker
+from sweep.tracking.buffer import BUFFER_DIR, buffered_runs
 from sweep.tracking.faults import InfrastructureError, infrastructure_fault
 
 
@@ -193,6 +195,17 @@ def _with_fault_retries(attempt: Any, wait_s: float, say: Any, *,
             delay = min(2 * delay, max_delay_s)
 
 
+def _sync(ctx: StudyContext) -> None:
+    """Send the trials' buffered writes (`sweep.tracking.buffer`).
+
+    Raises:
+        Exception: The store's infrastructure fault, when it still does not answer.
+    """
+    synced = ctx.tracking.sync_buffers()
+    if synced.error is not None:
+        raise synced.error
+
+
 def _say_reconciled(done: Reconciled, say: Any) -> None:
     if done.interrupted:
         retried = f", {len(done.retried)} queued again" if done.retried else ""
@@ -238,6 +251,9 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
                                  resume=True, spec_hash=spec_hash(spec))
     with tracker:
         tracker.log_baseline(corpus.baseline_unigram_loss)
+        # A trial keeps its run's writes in the study folder while the store does not answer.
+        tracker.context = dataclasses.replace(tracker.context,
+                                              buffer_dir=str(out / BUFFER_DIR))
         ctx = StudyContext(spec, out, tracker.context, device=device, summary=space_summary,
                            _corpus=[corpus])
         total, notes = spec.search.n_trials, []
@@ -255,12 +271,15 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
 
                     def attempt():
                         if spec.scaling is None:
-                            return executor.run(ctx, total, view, address=ray_address), []
-                        study, layouts = run_scaling(executor, ctx, view, address=ray_address,
-                                                     corpus_train_tokens=len(corpus.train),
-                                                     client=tracker.client,
-                                                     say=None if quiet else say)
-                        return study, layout_notes(layouts)
+                            found = executor.run(ctx, total, view, address=ray_address), []
+                        else:
+                            study, layouts = run_scaling(
+                                executor, ctx, view, address=ray_address,
+                                corpus_train_tokens=len(corpus.train), client=tracker.client,
+                                say=None if quiet else say)
+                            found = study, layout_notes(layouts)
+                        _sync(ctx)  # the last trials' buffered writes, before the summary
+                        return found
 
                     study, notes = _with_fault_retries(attempt, spec.search.fault_wait_s,
                                                        _printer(None))  # stderr, if quiet
@@ -280,9 +299,13 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
                 except Exception:  # noqa: BLE001 (the store failed: the resume records it)
                     tracker.finished = True
                     counts = "not recorded: the tracking store did not answer"
+                kept = buffered_runs(out / BUFFER_DIR)
+                waiting = (f"; {len(kept)} trial run(s) kept in {out / BUFFER_DIR} until the "
+                           f"tracking store answers (`sweep sync {out}` sends them)"
+                           if kept else "")
                 stopped.args = (f"study {spec.name}: {stopped}; trials so far: "
-                                f"{counts or 'none'}; run the same command again to resume "
-                                f"(output folder {out})",)
+                                f"{counts or 'none'}{waiting}; run the same command again to "
+                                f"resume (output folder {out})",)
                 raise stopped
         result = finish_study(tracker, study, objective_names=names)
     return StudySummary(

@@ -25,6 +25,7 @@ finished trials (`sweep.schema.TrialState.finished`), plus the interrupted ones,
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import threading
 import time
@@ -52,6 +53,8 @@ from sweep.schema import (
 from sweep.tracking.owner import owner_alive
 from sweep.tracking.reader import read_trials
 from sweep.tracking.trial_run import TrialRun
+
+log = logging.getLogger(__name__)
 
 #: Seconds a trial may lack its owner record before it is taken for a killed one's.
 OWNERLESS_S = 10.0
@@ -134,6 +137,7 @@ class Reconciled:
         runs_ended: MLflow run ids it ended ``INTERRUPTED``.
         adopted: Trials whose run had ended (the process died before telling Optuna): Optuna
             took the run's result, and they count as finished.
+        synced: Run ids whose buffered writes (`sweep.tracking.buffer`) it sent first.
     """
 
     interrupted: list[int] = field(default_factory=list)
@@ -141,6 +145,7 @@ class Reconciled:
     running: list[int] = field(default_factory=list)
     runs_ended: list[str] = field(default_factory=list)
     adopted: list[int] = field(default_factory=list)
+    synced: list[str] = field(default_factory=list)
 
 
 def _reason(owner: str | None) -> str:
@@ -151,6 +156,10 @@ def reconcile(ctx: Any, study: Any = None, *, retry: bool | None = None,
               assume_dead: str | None = None) -> Reconciled:
     """Mark trials whose process died ``INTERRUPTED``, queue them again, end their runs.
 
+    First the trial writes buffered while the tracking store did not answer are sent
+    (`sweep.tracking.TrialContext.sync_buffers`), so a trial that ended meanwhile is seen as
+    finished.
+
     Args:
         ctx: The study context (`sweep.study.trial.StudyContext`).
         study: The Optuna study (Optuna executor), or None (Ray: MLflow runs only).
@@ -160,9 +169,20 @@ def reconcile(ctx: Any, study: Any = None, *, retry: bool | None = None,
 
     Returns:
         The `Reconciled` summary.
+
+    Raises:
+        Exception: The store's error when buffered writes cannot be sent (an infrastructure
+            fault: the driver waits and tries again).
     """
     retry = ctx.spec.search.retry_interrupted if retry is None else retry
     done = Reconciled()
+    # Writes kept while the store did not answer go first: a trial they end is finished.
+    synced = ctx.tracking.sync_buffers()
+    if synced.error is not None:
+        raise synced.error
+    for run_id, reason in synced.rejected:
+        log.warning("buffered writes of run %s not sent: %s", run_id, reason)
+    done.synced = synced.runs
     alive: set[int] | None = None
     if study is not None:
         alive = _reconcile_optuna(study, done, ctx.tracking, retry=retry,

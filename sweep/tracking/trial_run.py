@@ -53,8 +53,10 @@ from sweep.schema import (
     mutation_key,
     run_name,
 )
+from sweep.tracking.buffer import BufferedClient, SyncResult, sync_folder
 from sweep.tracking.faults import infrastructure_fault
 from sweep.tracking.owner import Heartbeat, current_owner
+from sweep.tracking.uris import shown_uri
 
 
 def finite(value: Any) -> bool:
@@ -100,8 +102,15 @@ class TrialRun:
         self._heartbeat: Heartbeat | None = None
 
     def beat(self) -> None:
-        """Write the heartbeat (tag ``sweep.heartbeat``, Unix seconds) now."""
-        self.client.set_tag(self.run_id, TAG_HEARTBEAT, f"{time.time():.0f}")
+        """Write the heartbeat (tag ``sweep.heartbeat``, Unix seconds) now.
+
+        While the run's writes are buffered (`sweep.tracking.buffer`), try to send them instead.
+        """
+        value = f"{time.time():.0f}"
+        if isinstance(self.client, BufferedClient):
+            self.client.beat(TAG_HEARTBEAT, value)
+        else:
+            self.client.set_tag(self.run_id, TAG_HEARTBEAT, value)
 
     def start_heartbeat(self) -> None:
         """Rewrite the heartbeat in a daemon thread until the run ends or is detached."""
@@ -294,11 +303,32 @@ class TrialContext:
         tracking_uri: MLflow tracking URI (``sqlite:///...`` or ``http://...``).
         experiment_id: Experiment of the study.
         parent_run_id: Run id of the study's parent run.
+        buffer_dir: Where a trial keeps its run's writes while the store does not answer
+            (``<study>/mlflow-buffer``, `sweep.tracking.buffer`); None: a failing write
+            interrupts the trial.
     """
 
     tracking_uri: str
     experiment_id: str
     parent_run_id: str
+    buffer_dir: str | None = None
+
+    def _client(self, client: MlflowClient, run_id: str, number: int) -> BufferedClient:
+        return BufferedClient(client, run_id, self.buffer_dir, {
+            "tracking_uri": shown_uri(self.tracking_uri), "experiment_id": self.experiment_id,
+            "parent_run_id": self.parent_run_id, "trial": number})
+
+    def sync_buffers(self) -> SyncResult:
+        """Send the study's buffered trial writes (`sweep.tracking.buffer.sync_folder`).
+
+        Returns:
+            The `sweep.tracking.buffer.SyncResult` (its ``error`` set, and the files kept, when
+            the store still does not answer).
+        """
+        if self.buffer_dir is None:
+            return SyncResult([], 0, [])
+        client = MlflowClient(self.tracking_uri)
+        return sync_folder(self.buffer_dir, lambda header: client)
 
     def start_trial(self, number: int, params: Mapping[str, Any] | None = None, *,
                     retry_of: int | None = None) -> TrialRun:
@@ -328,7 +358,7 @@ class TrialContext:
             **({TAG_RETRY_OF: str(retry_of)} if retry_of is not None else {}),
         }
         run = client.create_run(self.experiment_id, tags=tags, run_name=run_name(number))
-        trial = TrialRun(client, run.info.run_id, number)
+        trial = TrialRun(self._client(client, run.info.run_id, number), run.info.run_id, number)
         trial.start_heartbeat()
         if params:
             try:
@@ -343,7 +373,8 @@ class TrialContext:
         """Continue logging to an existing trial run (a trial restored in another process)."""
         client = MlflowClient(self.tracking_uri)
         run = client.get_run(run_id)
-        trial = TrialRun(client, run_id, int(run.data.tags.get(TAG_TRIAL_NUMBER, -1)))
+        number = int(run.data.tags.get(TAG_TRIAL_NUMBER, -1))
+        trial = TrialRun(self._client(client, run_id, number), run_id, number)
         trial._params = dict(run.data.params)
         history = client.get_metric_history(run_id, METRIC_VAL_LOSS)
         trial.last_step = max((m.step for m in history), default=-1)

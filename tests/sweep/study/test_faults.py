@@ -29,6 +29,7 @@ from sweep.schema import (
     TrialState,
 )
 from sweep.tracking import find_study, read_trials
+from sweep.tracking.buffer import BUFFER_DIR, buffered_runs
 from sweep.tracking.owner import owner_pid
 
 pytestmark = pytest.mark.slow
@@ -245,35 +246,6 @@ def test_interrupt_stops_cleanly_and_resumes(tmp_path, sig, code, times):
 
 
 # ------------------------------------------------------------ the MLflow server goes away
-def free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A real ``mlflow server`` on 127.0.0.1 that a test can stop and start again."""
-
-    def __init__(self, root):
-        self.root, self.port = root, free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = None
-
-    def start(self):
-        from sweep.results import start_ui
-
-        self.proc = start_ui(f"sqlite:///{self.root / 'mlflow.db'}", port=self.port,
-                             log_path=self.root / "server.log")
-
-    def stop(self):
-        from sweep.results import stop_ui
-
-        stop_ui(self.proc)
-        self.proc = None
-
-
 def server_study(tmp_path, url, fault_wait_s):
     path = write_spec(tmp_path)
     data = yaml.safe_load(path.read_text())
@@ -299,10 +271,13 @@ def start_fast_failing(tmp_path, spec):
         del os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"], os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"]
 
 
-def check_after_fault(url, tmp_path, n_trials):
+def check_after_fault(url, tmp_path, n_trials, buffered):
+    """After the fault and the resume: exact counts; the trial that trained through the outage
+    (``buffered``) COMPLETE with every evaluation; the one whose run the outage stopped
+    interrupted and retried."""
     trials = optuna_trials(tmp_path)
     interrupted = [t for t in trials if t.user_attrs.get(ATTR_STATE) == "INTERRUPTED"]
-    assert sum(finished(t) for t in trials) == n_trials and interrupted
+    assert sum(finished(t) for t in trials) == n_trials and len(interrupted) == 1
     assert not [t for t in trials if t.state in (OptunaState.RUNNING, OptunaState.WAITING)]
     # every interrupted trial was retried once with its parameters; none counted as failed
     retries = {t.user_attrs[ATTR_RETRY_OF]: t for t in trials if ATTR_RETRY_OF in t.user_attrs}
@@ -311,47 +286,63 @@ def check_after_fault(url, tmp_path, n_trials):
     assert not [t for t in trials if t.user_attrs.get(ATTR_STATE) == "FAILED"]
     client, parent, runs = server_runs(url)
     states = run_states(runs)
-    assert "RUNNING" not in states and "FAILED" not in states
-    assert sum(v for k, v in states.items() if k != "INTERRUPTED") == n_trials
-    # a trial the fault stopped before its run was created has no run; none has two
-    assert states.get("INTERRUPTED", 0) <= len(interrupted)
-    assert len({r["trial"] for r in runs}) == len(runs)
+    # the interrupted trial's run was never created: it has none; no trial has two
+    assert states == {"COMPLETE": n_trials}
+    assert sorted(r["trial"] for r in runs) == sorted(t.number for t in trials
+                                                     if t not in interrupted)
+    by_number = {r["trial"]: r for r in runs}
+    evals = {n: len(client.get_metric_history(r["run_id"], "val_loss"))
+             for n, r in by_number.items()}
+    assert evals[buffered] == evals[0] > 2  # the buffered trial lost no evaluation
+    assert by_number[buffered]["metrics"]["best_val_loss"] == next(
+        t.value for t in trials if t.number == buffered)
+    assert buffered_runs(tmp_path / "out" / BUFFER_DIR) == []
     tags = client.get_run(parent).data.tags
     assert tags[TAG_STATE] == TrialState.COMPLETE and TAG_FAIL_REASON not in tags
     return interrupted
 
 
-@pytest.fixture
-def stoppable_server(tmp_path):
-    server = Server(tmp_path)
-    server.start()
-    yield server
-    if server.proc is not None:
-        server.stop()
+def wait_for_outage(tmp_path, proc, timeout=180):
+    """Until the trial that trained through the outage kept its run in the study folder and
+    the next trial, whose run could not be created, is interrupted; returns the former's number.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        trials = optuna_trials(tmp_path)
+        kept = buffered_runs(tmp_path / "out" / BUFFER_DIR)
+        if kept and [t for t in trials if t.user_attrs.get(ATTR_STATE) == "INTERRUPTED"]:
+            assert len(kept) == 1
+            number = kept[0][1]["trial"]
+            # it trained to its end while the server was down, and Optuna has its result
+            assert next(t for t in trials if t.number == number).state == OptunaState.COMPLETE
+            return number
+        time.sleep(0.2)
+    raise AssertionError("the outage did not show in time")
 
 
 @pytest.mark.server
-def test_tracking_server_down_for_a_while_pauses_the_study(tmp_path, stoppable_server):
+def test_tracking_server_down_for_a_while_keeps_the_trial_and_pauses_the_study(
+        tmp_path, stoppable_server):
     server = stoppable_server
-    spec = server_study(tmp_path, server.url, fault_wait_s=120)
+    spec = server_study(tmp_path, server.url, fault_wait_s=300)
     proc = start_fast_failing(tmp_path, spec)
     wait_mid_trial(tmp_path, proc, n_finished=2)
-    before = optuna_trials(tmp_path)
     server.stop()
-    time.sleep(8)  # the trial's next evaluation finds no server
-    assert proc.poll() is None  # paused, not stopped, and no trial burnt meanwhile
-    assert sum(finished(t) for t in optuna_trials(tmp_path)) <= sum(
-        finished(t) for t in before) + 1
+    buffered = wait_for_outage(tmp_path, proc)
+    time.sleep(6)  # paused, not stopped, and no trial burnt meanwhile
+    assert proc.poll() is None
+    assert sum(finished(t) for t in optuna_trials(tmp_path)) == 3
     server.start()
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert "retrying in" in err and "Traceback" not in err
-    check_after_fault(server.url, tmp_path, 6)
+    check_after_fault(server.url, tmp_path, 6, buffered)
 
 
 @pytest.mark.server
-def test_tracking_server_down_too_long_stops_with_one_line_then_resumes(tmp_path,
-                                                                       stoppable_server):
+def test_tracking_server_down_too_long_stops_with_one_line_then_syncs_and_resumes(
+        tmp_path, stoppable_server):
     server = stoppable_server
     spec = server_study(tmp_path, server.url, fault_wait_s=10)
     proc = start_fast_failing(tmp_path, spec)
@@ -363,8 +354,25 @@ def test_tracking_server_down_too_long_stops_with_one_line_then_resumes(tmp_path
     stopped = [line for line in err.splitlines() if line.startswith("stopped:")]
     assert len(stopped) == 1 and "the MLflow tracking server does not answer" in stopped[0]
     assert "run the same command again to resume" in stopped[0]
+    assert "1 trial run(s) kept in" in " ".join(err.split())
+    kept = buffered_runs(tmp_path / "out" / BUFFER_DIR)
+    assert len(kept) == 1
+    buffered = kept[0][1]["trial"]
     trials = optuna_trials(tmp_path)
-    assert by_state(trials).get("INTERRUPTED", 0) >= 1 and "RUNNING" not in by_state(trials)
+    assert by_state(trials) == {"COMPLETE": 3, "INTERRUPTED": 1}
+    # `sweep sync` sends the kept run while nothing else runs; a second one has nothing to send
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    sync = [sys.executable, "-m", "sweep.cli", "sync", str(tmp_path / "out")]
+    down = subprocess.run(sync, env=env, capture_output=True, text=True, timeout=60)
+    assert down.returncode == 3 and "nothing sent, 1 trial run(s) kept" in " ".join(
+        down.stderr.split())
     server.start()
+    up = subprocess.run(sync, env=env, capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    assert "of 1 trial run(s)" in up.stdout
+    client, parent, runs = server_runs(server.url)
+    assert {r["trial"]: str(r["state"]) for r in runs}[buffered] == "COMPLETE"
+    again = subprocess.run(sync, env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "nothing to send" in again.stdout
     resume(tmp_path, spec)
-    check_after_fault(server.url, tmp_path, 6)
+    check_after_fault(server.url, tmp_path, 6, buffered)
