@@ -49,6 +49,7 @@ __all__ = [
     "METRIC_BASELINE",
     "METRIC_BEST_VAL_LOSS",
     "METRIC_BRANCH_TOKENS",
+    "METRIC_RESUMED_TOKENS",
     "METRIC_BUDGET_FLOPS",
     "METRIC_FINAL_VAL_LOSS",
     "METRIC_FLOPS_PER_TOKEN",
@@ -76,11 +77,13 @@ __all__ = [
     "TAG_BEST_TRIAL",
     "TAG_BRANCH_FROM",
     "TAG_BRANCH_NOTE",
+    "TAG_CHECKPOINT_NOTE",
     "TAG_EXECUTOR",
     "TAG_FAIL_REASON",
     "TAG_HEARTBEAT",
     "TAG_KIND",
     "TAG_OWNER",
+    "TAG_RESUMED_FROM",
     "TAG_RETRY_OF",
     "TAG_SPEC_HASH",
     "TAG_STATE",
@@ -183,6 +186,10 @@ TAG_RETRY_OF = "sweep.retry_of"
 #: why a trunk was not used or not saved.
 TAG_BRANCH_FROM = "sweep.branch_from"
 TAG_BRANCH_NOTE = "sweep.branch_note"
+#: Trial checkpoints (``search.checkpoint_interval``): the interrupted trial whose checkpoint a
+#: retry continued, and why a checkpoint was not used or not saved.
+TAG_RESUMED_FROM = "sweep.resumed_from"
+TAG_CHECKPOINT_NOTE = "sweep.checkpoint_note"
 
 # --------------------------------------------------------------------------------- metrics
 METRIC_VAL_LOSS = "val_loss"
@@ -208,6 +215,8 @@ METRIC_N_TOKENS = "n_tokens"
 METRIC_TOKENS_PER_PARAM = "tokens_per_param"
 #: WSD branches: training tokens a trial took from an earlier trial's stable-phase trunk.
 METRIC_BRANCH_TOKENS = "branch_tokens"
+#: Trial checkpoints: training tokens a retry took from the interrupted trial's checkpoint.
+METRIC_RESUMED_TOKENS = "resumed_tokens"
 #: The parent run: how many trials were retried after an interruption.
 METRIC_TRIALS_RETRIED = "trials_retried"
 #: Cost-model metrics of every trial, logged at step 0 (`cost_metrics`).

@@ -375,6 +375,14 @@ def _check_search(spec: StudySpec) -> list[str]:
                                 "domains with a step")
     if s.population_size is not None and s.sampler != "nsga2":
         problems.append("search.population_size: only used by sampler nsga2")
+    if s.checkpoint_interval is not None:
+        if s.scheduler == "pbt":
+            problems.append("search.checkpoint_interval: PBT members checkpoint every "
+                            "search.pbt.checkpoint_interval tokens; set that one instead")
+        if spec.scaling is not None and spec.scaling.branches:
+            problems.append("search.checkpoint_interval: a branched grid point continues its "
+                            "shape's stable-phase trunk (scaling.branches); it takes no "
+                            "checkpoints of its own")
     if s.storage and "://" in s.storage:
         scheme = s.storage.split("://", 1)[0].split("+", 1)[0]
         if scheme not in RDB_SCHEMES:

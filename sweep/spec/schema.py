@@ -21,7 +21,7 @@ from pydantic import (
 
 from sweep.schema import METRIC_VAL_LOSS
 from sweep.spec.domains import Param, SpecParam
-from sweep.spec.fields import DATA_SCHEMES, OBJECTIVES
+from sweep.spec.fields import DATA_SCHEMES, MAX_TOKENS, OBJECTIVES
 from sweep.train.config import BUDGET_FIELDS as _BUDGET_FIELDS
 
 
@@ -89,6 +89,12 @@ class SearchSpec(_Section):
     ``fault_wait_s``: after an infrastructure fault (the MLflow server or the storage does not
     answer, the disk is full), how long the study keeps retrying, with a doubling back-off,
     before it stops (exit 3) to be resumed later.
+    ``checkpoint_interval``: every trial saves its whole training state every this many
+    training tokens (``<out>/checkpoints/trial-<n>/latest.pt``, one file a trial, deleted when
+    the trial ends), and the retry of an interrupted trial continues from it: the same losses
+    as a trial never stopped, without training those tokens again. None (the default): no
+    checkpoints, a retry trains from step 0. Costs one write of the model and AdamW state
+    (about 12 bytes a parameter in fp32) per interval.
     """
 
     executor: Literal["optuna", "ray"] = "optuna"
@@ -105,6 +111,7 @@ class SearchSpec(_Section):
     seed: int = 0
     timeout_s: float | None = Field(default=None, gt=0)
     retry_interrupted: bool = True
+    checkpoint_interval: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
     fault_wait_s: float = Field(default=300.0, ge=0, le=86400, allow_inf_nan=False)
     n_startup_trials: int | None = Field(default=None, ge=0)
     population_size: int | None = Field(default=None, ge=2)

@@ -478,8 +478,10 @@ def check_disk(spec: StudySpec, out: Path, summary: Any) -> None:
 
     The need is `STORE_RESERVE_BYTES` plus the checkpoints the study keeps at once, from the
     cost model's largest parameter count (`checkpoint_bytes`): two per PBT member
-    (``search.population_size``) and one per shape of a scaling study with
-    ``scaling.branches``.
+    (``search.population_size``), one per shape of a scaling study with
+    ``scaling.branches``, and with ``search.checkpoint_interval`` two per trial running at once
+    (``search.parallel``; the file and its replacement while it is written), plus one an
+    interrupted trial leaves for its retry.
 
     Raises:
         PreflightError: The disk under ``out`` has less free space, naming both figures.
@@ -495,6 +497,9 @@ def check_disk(spec: StudySpec, out: Path, summary: Any) -> None:
         shapes = grid.candidates(spec)
         parts[f"{len(shapes)} WSD trunk checkpoints"] = sum(
             checkpoint_bytes(c.n_params) for c in shapes)
+    if spec.search.checkpoint_interval:
+        n = 2 * spec.search.parallel + 1
+        parts[f"{n} trial checkpoints"] = n * checkpoint_bytes(largest[1])
     need = sum(parts.values())
     free = shutil.disk_usage(_existing(out)).free
     if free < need:

@@ -31,12 +31,16 @@ from sweep.schema import (
     METRIC_BUDGET_FLOPS,
     METRIC_N_PARAMS,
     METRIC_N_TOKENS,
+    METRIC_RESUMED_TOKENS,
     METRIC_TOKENS_PER_PARAM,
     METRIC_VAL_LOSS,
     TAG_BRANCH_FROM,
     TAG_BRANCH_NOTE,
+    TAG_CHECKPOINT_NOTE,
+    TAG_RESUMED_FROM,
     TrialState,
     cost_metrics,
+    run_name,
 )
 from sweep.space import SpaceSummary
 from sweep.space.grid import SCALING_POINT, Shape, point_label
@@ -47,9 +51,11 @@ from sweep.train import NullReporter, Reporter, TrainConfig, Trainer
 
 #: The study folder's subfolder of WSD trunk checkpoints (``scaling.branches``).
 BRANCHES_DIR = "branches"
+#: The study folder's subfolder of trial checkpoints (``search.checkpoint_interval``).
+CHECKPOINTS_DIR = "checkpoints"
 
-__all__ = ["BRANCHES_DIR", "OpenTrial", "StudyContext", "TrialOutcome", "evaluate",
-           "objective_values", "open_trial", "train_trial"]
+__all__ = ["BRANCHES_DIR", "CHECKPOINTS_DIR", "OpenTrial", "StudyContext", "TrialOutcome",
+           "evaluate", "objective_values", "open_trial", "train_trial"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,7 @@ class OpenTrial:
         train: The resolved train config.
         cost: The cost metrics logged for it.
         constraints: Optuna constraint values of the cost check.
+        retry_of: The interrupted trial it retries (whose checkpoint it continues), or None.
     """
 
     number: int
@@ -136,6 +143,7 @@ class OpenTrial:
     train: TrainConfig
     cost: dict[str, float]
     constraints: list[float]
+    retry_of: int | None = None
 
 
 class _Tee:
@@ -233,7 +241,7 @@ def _open_trial(ctx: StudyContext, number: int,
             return TrialOutcome(number, TrialState.INFEASIBLE, reason=reason, cost=cost,
                                 run_id=run.run_id, constraints=constraints)
         owner.pop_all()  # the caller ends the run from here on
-    return OpenTrial(number, run, model, train, cost, constraints)
+    return OpenTrial(number, run, model, train, cost, constraints, retry_of)
 
 
 def scaling_metrics(model: ModelConfig, train: TrainConfig, n_params: float) -> dict[str, float]:
@@ -269,6 +277,8 @@ def train_trial(ctx: StudyContext, trial: OpenTrial,
         tee = _Tee(run, reporter or NullReporter())
         if ctx.spec.scaling is not None and ctx.spec.scaling.branches:
             result = _train_branch(ctx, trial, run, tee)
+        elif ctx.spec.search.checkpoint_interval:
+            result = _train_checkpointed(ctx, trial, run, tee)
         else:
             trainer = Trainer(trial.model, trial.train, ctx.corpus(), device=ctx.device)
             result = trainer.train(tee)
@@ -288,6 +298,38 @@ def _train_branch(ctx: StudyContext, trial: OpenTrial, run: TrialRun, tee: _Tee)
     tags = {TAG_BRANCH_FROM: info.source["run_id"]} if "run_id" in info.source else {}
     if info.notes:
         tags[TAG_BRANCH_NOTE] = "; ".join(info.notes)
+    run.set_tags(tags)
+    return result
+
+
+def _train_checkpointed(ctx: StudyContext, trial: OpenTrial, run: TrialRun, tee: _Tee) -> Any:
+    """Train with checkpoints, continuing the interrupted trial's (`sweep.train.checkpointed`).
+
+    The folder is kept for a retry when an interruption or an infrastructure fault stops the
+    trial, and deleted when the trial's own error does.
+    """
+    from sweep.train.checkpointed import train_checkpointed
+
+    root = ctx.out_dir / CHECKPOINTS_DIR
+    folder = root / f"trial-{trial.number}"
+    source = root / f"trial-{trial.retry_of}" if trial.retry_of is not None else None
+    try:
+        result, info = train_checkpointed(
+            lambda: Trainer(trial.model, trial.train, ctx.corpus(), device=ctx.device), tee,
+            folder, interval=ctx.spec.search.checkpoint_interval, resume_from=source,
+            meta={"run_id": run.run_id, "trial": trial.number})
+    except Exception as exc:
+        if infrastructure_fault(exc) is None:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)  # failed for good: never retried
+        raise
+    tags = {}
+    if info.resumed_tokens:
+        run.log_metrics({METRIC_RESUMED_TOKENS: info.resumed_tokens})
+        tags[TAG_RESUMED_FROM] = run_name(int(info.source.get("trial", trial.retry_of)))
+    if info.notes:
+        tags[TAG_CHECKPOINT_NOTE] = "; ".join(info.notes)
     run.set_tags(tags)
     return result
 

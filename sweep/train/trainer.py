@@ -286,13 +286,15 @@ class Trainer:
             self.state = TrialState.PRUNED
         return not stop
 
-    def train(self, reporter: Reporter | None = None, until_tokens: int | None = None
-              ) -> TrialResult:
+    def train(self, reporter: Reporter | None = None, until_tokens: int | None = None, *,
+              eval_at_chunk_end: bool = True) -> TrialResult:
         """Train until the budget is spent, the trial ends, or ``until_tokens`` is reached.
 
-        Evaluates every ``eval_every`` tokens, at the end of the budget and at the end of a
-        chunk, reporting each evaluation to ``reporter``. A non-finite loss or gradient norm
-        ends the trial at once as ``DIVERGED`` (that step is not applied or reported).
+        Evaluates every ``eval_every`` tokens, at the end of the budget and (with
+        ``eval_at_chunk_end``) at the end of a chunk, reporting each evaluation to
+        ``reporter``. Without it, a run trained in chunks reports exactly the evaluations of one
+        trained at once. A non-finite loss or gradient norm ends the trial at once as
+        ``DIVERGED`` (that step is not applied or reported).
 
         Returns:
             The result so far; ``state`` is ``RUNNING`` if only a chunk was trained.
@@ -316,7 +318,7 @@ class Trainer:
                         self.state = TrialState.COMPLETE
                     break
                 if until_tokens is not None and self.tokens_seen >= until_tokens:
-                    if self._last_eval_tokens != self.tokens_seen:
+                    if eval_at_chunk_end and self._last_eval_tokens != self.tokens_seen:
                         self._eval_and_report(reporter, scheduled=False)
                     break
                 t0 = time.perf_counter()

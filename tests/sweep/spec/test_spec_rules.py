@@ -273,3 +273,13 @@ def test_choices_differ_by_json_type_as_before():
     assert parse_spec(spec_with(train={"seed": {"choice": many}})).train["seed"].options == many
     assert "duplicate choice(s): 7, 9" in problems(
         spec_with(train={"seed": {"choice": [*many, 9, 7]}}))
+
+
+def test_trial_checkpoints_are_tokens_and_not_for_pbt():
+    assert parse_spec(spec_with(search={"checkpoint_interval": 8192})).search.\
+        checkpoint_interval == 8192
+    assert "search.checkpoint_interval" in problems(spec_with(search={"checkpoint_interval": 0}))
+    data = pbt_spec({"lr": {"float": [1e-4, 1e-2]}})
+    data["search"]["checkpoint_interval"] = 8192
+    message = problems(data)
+    assert "search.checkpoint_interval: PBT members checkpoint every" in message

@@ -39,6 +39,22 @@ def test_preflight_refuses_a_disk_without_room_and_says_what_is_needed(tmp_path,
     assert not (tmp_path / "runs").exists()  # nothing left behind
 
 
+def test_preflight_counts_the_trial_checkpoints(tmp_path, monkeypatch):
+    from sweep.study.preflight import checkpoint_bytes
+
+    monkeypatch.setattr("sweep.study.preflight.shutil.disk_usage",
+                        lambda path: Usage(2**30, 2**30 - 10 * 2**20, 10 * 2**20))
+    spec = tiny("disk-ckpt", checkpoint_interval=1024, parallel=2)
+    with pytest.raises(PreflightError) as info:
+        run_study(spec, out_dir=tmp_path / "out", quiet=True)
+    from models.cost import estimate
+    from sweep.space.sampling import build_configs, fixed_values
+
+    n_params = estimate(build_configs(spec, {**fixed_values(spec), "train.lr": 1e-3})[0]).n_params
+    assert f"5 trial checkpoints {5 * checkpoint_bytes(n_params) / 2**20:,.1f} MiB" in str(
+        info.value)
+
+
 def small_disk(tmp_path):
     """A 1 MiB tmpfs mounted under ``tmp_path`` (unmount it after), or None if none mounts."""
     mount = tmp_path / "small"

@@ -177,6 +177,50 @@ def test_driver_killed_mid_trial_then_resumed(tmp_path):
     assert new and all(t.params != b.params for t in new for b in before)
 
 
+def test_a_killed_trial_is_retried_from_its_checkpoint(tmp_path):
+    from sweep.data import load_corpus
+    from sweep.space.sampling import configs_from_params
+    from sweep.spec import load_spec
+    from sweep.train.checkpoint import read_checkpoint
+    from sweep.train.trainer import Trainer
+
+    spec = write_spec(tmp_path, n_trials=3)
+    data = yaml.safe_load(spec.read_text())
+    data["search"]["checkpoint_interval"] = 8192
+    spec.write_text(yaml.safe_dump(data))
+    proc = start(tmp_path, spec)
+    ckpt = tmp_path / "out" / "checkpoints" / "trial-1" / "latest.pt"
+    deadline = time.monotonic() + 240
+    while not ckpt.is_file() and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    saved = read_checkpoint(ckpt)["counters"]["tokens_seen"]
+    assert saved % 8192 == 0 and 8192 <= saved < 50000
+    before = optuna_trials(tmp_path)
+    assert by_state(before) == {"COMPLETE": 1, "RUNNING": 1}
+
+    resume(tmp_path, spec)
+    trials, runs = check_resumed(tmp_path, before, 3, 1)
+    retry = next(r for r in runs if r["retry_of"] == 1)
+    client = MlflowClient(mlflow_runs(tmp_path)[0])
+    got = client.get_run(retry["run_id"])
+    assert got.data.metrics["resumed_tokens"] == saved
+    assert got.data.tags["sweep.resumed_from"] == "trial-1"
+    # The retry's losses are those of the same trial trained once from step 0, in this process.
+    study_spec = load_spec(spec)
+    model, train = configs_from_params(study_spec, next(t for t in trials if t.number == 1).params)
+    corpus = load_corpus(study_spec.data.uri, tmp_path / "out" / "data",
+                         vocab_size=study_spec.data.vocab_size)
+    alone = Trainer(model, train, corpus, device="cpu").train()
+    assert got.data.metrics["final_val_loss"] == alone.final_val_loss
+    curve = [(m.step, m.value) for m in client.get_metric_history(retry["run_id"], "val_loss")]
+    assert sorted(curve) == [(h["tokens"], h["val_loss"]) for h in alone.history]
+    assert got.data.metrics["tokens"] == alone.tokens
+    assert list((tmp_path / "out" / "checkpoints").iterdir()) == []  # every trial ended
+
+
 def test_parallel_driver_killed_takes_its_workers_along(tmp_path):
     spec = write_spec(tmp_path, n_trials=6, parallel=2)
     proc = start(tmp_path, spec)

@@ -111,6 +111,13 @@ def test_spec_refuses_branches_without_a_shared_stable_phase(train, message):
         branched("bad-branches", **train)
 
 
+def test_spec_refuses_trial_checkpoints_on_branched_points():
+    data = branched_data("ckpt-branches")
+    data["search"] = {"checkpoint_interval": 4096}
+    with pytest.raises(SpecError, match="search.checkpoint_interval: a branched grid point"):
+        parse_spec(data)
+
+
 def test_validate_prints_each_trials_trunk_and_the_tokens_saved(tmp_path, monkeypatch):
     import yaml
     from typer.testing import CliRunner
