@@ -70,6 +70,7 @@ from sweep.schema import (
     TAG_TRIAL_NUMBER,
     TrialState,
 )
+from sweep.space.grid import SCALING_POINT
 from sweep.spec import StudySpec
 from sweep.study.progress import ProgressView
 from sweep.study.resume import StudyInterrupted, signal_handlers
@@ -214,6 +215,26 @@ def _to_retry(spec: StudySpec, held: list[dict[str, Any]], n: int) -> list[tuple
             and t["retry_of"] is None and t["params"]][:n]
 
 
+def _split_points(spec: StudySpec, held: list[dict[str, Any]],
+                  points: tuple[dict[str, Any], ...], n_trials: int
+                  ) -> tuple[list[tuple[int, dict]], list[dict[str, Any]]]:
+    """The interrupted trials to retry, and the points to queue as new trials.
+
+    Without ``points``: `_to_retry`'s trials and no points. With them (a scaling study's grid
+    points still to train), a point whose last trial was interrupted is trained as that
+    trial's retry (tag ``sweep.retry_of``), each other point as a new trial.
+    """
+    if not points:
+        return _to_retry(spec, held, n_trials), []
+    wanted = {str(p.get(SCALING_POINT)): dict(p) for p in points}
+    to_retry = []
+    for number, params in _to_retry(spec, held, len(held)):
+        label = str(params.get(SCALING_POINT))
+        if label in wanted:
+            to_retry.append((number, wanted.pop(label)))
+    return to_retry, list(wanted.values())
+
+
 class _SearchSpace:
     """Define-by-run space for ``OptunaSearch``: `sweep.space.define_by_run` plus the number.
 
@@ -338,16 +359,19 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
             sampler_spec = spec if not seeded else spec.model_copy(update={
                 "search": spec.search.model_copy(update={"seed": spec.search.seed + offset})})
             numbering = _SearchSpace(spec, offset)
+            to_retry, fresh = _split_points(spec, held, ctx.points, n_trials)
             searcher = StudySearch(space=numbering,
                                    metric=metric, mode=modes if multi else modes[0],
                                    sampler=space.make_sampler(sampler_spec),
-                                   points_to_evaluate=[dict(p) for p in ctx.points] or None)
+                                   points_to_evaluate=fresh or None)
             given = searcher.seed_trials(seeded) if seeded else 0
             # Queued after the added trials, so Optuna numbers them next, and asks them first.
-            retried = [] if ctx.points else searcher.retry_trials(
-                _to_retry(spec, held, n_trials))
+            retried = searcher.retry_trials(to_retry)
+            # A point whose retry the space does not take is still trained, as a new trial.
+            searcher.queue_points(p for n, p in to_retry if n not in retried and ctx.points)
             numbering.offset = offset - given  # Optuna numbers the added trials first
-            if held:
+            # (A scaling study's later budget finds the earlier budgets' trials: not a resume.)
+            if held and (not ctx.points or to_retry):
                 _say(view, _resume_line(spec, held, finished, given, offset,
                                         sampler_spec.search.seed, n_trials, retried))
             param_space = {}

@@ -131,6 +131,11 @@ class StudySearch(OptunaSearch):
             return None
         return {k: params[k] for k in fixed.distributions}, fixed.distributions
 
+    def queue_points(self, points: Iterable[Mapping[str, Any]]) -> None:
+        """Queue ``points`` (flat params) as new trials, asked before any the sampler draws."""
+        for point in points:
+            self._ot_study.enqueue_trial(dict(point), skip_if_exists=False)
+
     def retry_trials(self, trials: Iterable[tuple[int, dict[str, Any]]]) -> list[int]:
         """Queue interrupted trials of an earlier run to be trained again, first.
 
