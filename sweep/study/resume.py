@@ -280,7 +280,9 @@ def _reconcile_optuna(study: Any, done: Reconciled, tracking: Any, *, retry: boo
                     attempts, back = attempts + 1, previous.get(back)
                 if attempts > MAX_RETRIES:  # interrupted every time: its point is given up
                     continue
-                study.enqueue_trial(dict(t.params), user_attrs={ATTR_RETRY_OF: t.number})
+                # (a retry dropped before it started has its params only as fixed params)
+                params = dict(t.params) or dict(t.system_attrs.get("fixed_params", {}))
+                study.enqueue_trial(params, user_attrs={ATTR_RETRY_OF: t.number})
                 done.retried.append(t.number)
     return alive
 

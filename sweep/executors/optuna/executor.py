@@ -322,6 +322,33 @@ def _still_to_run(study: optuna.Study, goal: int, reconciled: Reconciled) -> int
     return max(0, goal - finished - len(reconciled.running))
 
 
+def drop_unstarted_retries(study: optuna.Study, goal: int) -> list[int]:
+    """End the retries still queued once the study holds ``goal`` finished trials.
+
+    Interrupted trials are queued again as they are found (`sweep.study.resume.reconcile`), and
+    the trials already running may reach the goal before a queued retry starts (a ``sweep
+    worker`` elsewhere died near the end). Such a retry would stay ``WAITING`` for ever, or
+    make the study one trial too many: it is ended ``FAIL`` with ``sweep_state =
+    INTERRUPTED`` and a reason instead, keeping its parameters (as Optuna's fixed params), so a
+    resume with a larger ``n_trials`` queues them first.
+
+    Returns:
+        The numbers of the retries ended.
+    """
+    trials = study.get_trials(deepcopy=False)
+    if sum(trial_state(t).finished for t in trials) < goal:
+        return []
+    storage, dropped = study._storage, []
+    for t in trials:
+        if t.state == OptunaState.WAITING and ATTR_RETRY_OF in t.user_attrs:
+            storage.set_trial_user_attr(t._trial_id, ATTR_STATE, TrialState.INTERRUPTED.value)
+            storage.set_trial_user_attr(t._trial_id, ATTR_REASON, "not retried: the study "
+                                        f"reached {goal} finished trials first")
+            storage.set_trial_state_values(t._trial_id, OptunaState.FAIL)
+            dropped.append(t.number)
+    return dropped
+
+
 def _finished_by(study: optuna.Study, pid: int) -> int:
     return sum(1 for t in study.get_trials(deepcopy=False)
                if owner_pid(t.user_attrs.get(ATTR_OWNER)) == pid and trial_state(t).finished)
@@ -459,6 +486,8 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
                           "of other workers")
                 waiting_said = True
             time.sleep(2.0)
+        if goal is not None:
+            drop_unstarted_retries(study, goal)
     finally:
         stop.set()
         poller.join(timeout=5)

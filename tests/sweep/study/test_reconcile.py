@@ -129,3 +129,32 @@ def test_a_parent_killed_before_its_spec_was_logged_resumes(tmp_path):
     with pytest.raises(ResumeError, match="holds trials but no spec.yaml"):
         StudyTracker.start(uri, "half", spec, executor="optuna", algorithm="tpe+none",
                            resume=True)
+
+
+def test_a_retry_still_queued_when_the_goal_is_reached_is_dropped_then_run_on_a_larger_one(ctx):
+    from sweep.executors.optuna.executor import drop_unstarted_retries
+
+    study = create_study(ctx)
+    dead = running_trial(study, DEAD)
+    reconcile(ctx, study)  # dead interrupted, its retry queued
+    import optuna
+
+    lr = optuna.distributions.FloatDistribution(1e-3, 1e-2, log=True)
+    for value in (2e-3, 4e-3):  # meanwhile trials elsewhere reach the goal of 2
+        study.add_trial(optuna.trial.create_trial(params={"train.lr": value},
+                                                  distributions={"train.lr": lr}, value=2.0))
+    assert drop_unstarted_retries(study, 3) == []  # not reached yet: the retry stays queued
+    queued = [t for t in study.get_trials() if t.state == OptunaState.WAITING]
+    assert len(queued) == 1
+    assert drop_unstarted_retries(study, 2) == [queued[0].number]
+    trials = {t.number: t for t in study.get_trials()}
+    dropped = trials[queued[0].number]
+    assert dropped.state == OptunaState.FAIL
+    assert dropped.user_attrs[ATTR_STATE] == TrialState.INTERRUPTED
+    assert not [t for t in trials.values() if t.state == OptunaState.WAITING]
+    # A resume with a larger n_trials queues the dropped retry's params first, once.
+    done = reconcile(ctx, study)
+    assert done.retried == [dropped.number]
+    again = [t for t in study.get_trials() if t.state == OptunaState.WAITING]
+    assert len(again) == 1 and again[0].user_attrs[ATTR_RETRY_OF] == dropped.number
+    assert again[0].system_attrs["fixed_params"] == trials[dead.number].params
