@@ -69,7 +69,7 @@ STDLIB_MAX_BYTES = 4_000_000
 #: `inspect_corpus` (``sweep validate``) reads at most this many bytes of a ``text:`` corpus
 #: that has not been prepared yet.
 INSPECT_MAX_BYTES = 64 * 2**20
-_PREP_VERSION = "2"  # bump when preparation changes, so old caches are not reused
+_PREP_VERSION = "1"  # bump when preparation changes, so old caches are not reused
 _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
 
 
@@ -284,6 +284,9 @@ def _text_source(uri: str, path: Path, query: text.TextQuery, vocab_size: int | 
     vocab = 256 if vocab_size is None else vocab_size
     key = json.dumps({"include": query.include, "exclude": query.exclude, "val": query.val,
                       "val_fraction": VAL_FRACTION, "vocab": vocab, "file": path.is_file()})
+    # Keyed apart from the b"bytes" key text corpora had before their split held out whole
+    # documents, so no earlier tail-split copy is reused; builtin, synthetic and tokens corpora
+    # keep their keys (and the checkpoints and trunks keyed on them stay valid).
     parts = [b"text", key.encode()]
     for name, blob in zip(docs.names, docs.texts, strict=True):
         parts += [name.encode("utf-8", "surrogateescape"), blob]
