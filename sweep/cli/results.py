@@ -12,6 +12,7 @@ from rich.table import Table
 from sweep.cli import common
 from sweep.cli.common import app, bad_input
 from sweep.schema import (
+    METRIC_BASELINE,
     METRIC_BEST_VAL_LOSS,
     METRIC_FINAL_VAL_LOSS,
     METRIC_FLOPS_PER_TOKEN,
@@ -48,7 +49,11 @@ def results(
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (then STUDY is the "
                                                 "experiment name), e.g. http://host:5000."),
 ) -> None:
-    """Show a study's trials, best validation loss first (diverged and failed last)."""
+    """Show a study's trials, best validation loss first (diverged and failed last).
+
+    With the loss over the corpus's unigram baseline (below 1: better than any model that ignores
+    context) and, for byte-level corpora, the best loss in bits per byte.
+    """
     from sweep.results import StudyNotFoundError, load_results
     from sweep.tracking import UnreachableStoreError
 
@@ -70,9 +75,15 @@ def results(
     if as_json:
         print(shown.to_json(orient="records"))
         return
-    lead = {"trial": "#", "state": "state", METRIC_BEST_VAL_LOSS: "best val", METRIC_FINAL_VAL_LOSS:
-            "final val", "tokens": "tokens", METRIC_N_PARAMS: "params",
-            METRIC_FLOPS_PER_TOKEN: "FLOPs/tok"}
+    from sweep.results import BEST_VAL_BPB, LOSS_OVER_BASELINE
+
+    lead = {"trial": "#", "state": "state", METRIC_BEST_VAL_LOSS: "best val"}
+    if math.isfinite(frame.attrs[METRIC_BASELINE]):
+        lead[LOSS_OVER_BASELINE] = "loss / baseline"
+    if frame.attrs["byte_level"]:
+        lead[BEST_VAL_BPB] = "bpb"
+    lead.update({METRIC_FINAL_VAL_LOSS: "final val", "tokens": "tokens",
+                 METRIC_N_PARAMS: "params", METRIC_FLOPS_PER_TOKEN: "FLOPs/tok"})
     varied = {c: c.split(".", 1)[1] for c in frame.columns
               if c.startswith(("model.", "train.")) and frame[c].astype(str).nunique() > 1}
     columns = {c: h for c, h in lead.items() if c in frame.columns}
@@ -96,7 +107,13 @@ def results(
             dropped = list(columns)[-1]
             left_out.insert(0, columns.pop(dropped))
             widths.pop(dropped)
-    table = Table(title=f"{frame.attrs['study']}: {len(frame)} trials (best first)")
+    title = f"{frame.attrs['study']}: {len(frame)} trials (best first)"
+    if math.isfinite(frame.attrs[METRIC_BASELINE]):
+        base = frame.attrs[METRIC_BASELINE]
+        title += f"; unigram baseline {base:.4f} nats/token"
+        if frame.attrs["byte_level"]:
+            title += f" ({base / math.log(2):.4f} bits/byte)"
+    table = Table(title=title)
     for column, header in columns.items():
         wide = column == "fail_reason"
         table.add_column(header, overflow="fold", no_wrap=not wide,

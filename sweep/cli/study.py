@@ -28,9 +28,10 @@ def validate(
                                "the spec's train.device)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Check a spec; print its search space and cost range without training anything.
+    """Check a spec; print its corpus, search space and cost range without training anything.
 
-    Exits 2 for an invalid spec, or a space in which no sampled config is valid and feasible.
+    Exits 2 for an invalid spec, a corpus that cannot be used (``data.uri``), or a space in
+    which no sampled config is valid and feasible.
     """
     from sweep.spec import SpecError, load_spec, spec_hash
 
@@ -39,6 +40,7 @@ def validate(
     except SpecError as exc:
         bad_input(str(exc))
     _check_inputs(spec, device=device)
+    corpus = _inspect_corpus(spec)
     from sweep import space
 
     summary = space.summarize(spec, n_samples=samples, device=device).to_dict()
@@ -46,7 +48,7 @@ def validate(
     if as_json:
         common.console.print_json(json.dumps({"name": spec.name, "spec_hash": spec_hash(spec),
                                        "search": spec.search.model_dump(mode="json"),
-                                       **summary}))
+                                       "corpus": _corpus_record(spec, corpus), **summary}))
     else:
         s = spec.search
         common.console.print(f"[bold]{spec.name}[/] ({spec_hash(spec)}): executor {s.executor}, "
@@ -56,6 +58,8 @@ def validate(
         table = Table("parameter", "kind", "domain", "when")
         for row in summary["params"]:
             table.add_row(row["path"], row["kind"], row["domain"], row["when"])
+        for line in _corpus_lines(spec, corpus):
+            common.console.print(line, highlight=False, soft_wrap=True)
         common.console.print(table)
         cost = Table("cost", "min", "max")
         for name, rng in summary["cost"].items():
@@ -80,6 +84,44 @@ def validate(
         problems = grid.layout_problems(layouts)
         if problems:
             bad_input("; ".join(problems))
+
+
+def _inspect_corpus(spec):
+    """The spec's corpus, read with `sweep.data.inspect_corpus` (nothing written).
+
+    Exits 2 with a message naming ``data.uri`` when the corpus cannot be used; None for a
+    ``text:`` folder over `sweep.data.INSPECT_MAX_BYTES`. Reads the prepared copy under the
+    study's default output folder when ``sweep run`` left one there, otherwise the corpus
+    itself (for ``text:``, every file and the near-duplicate search of its split: about a
+    second per 15 MB on one core).
+    """
+    from sweep.data import DataError, inspect_corpus
+
+    try:
+        return inspect_corpus(spec.data.uri, vocab_size=spec.data.vocab_size,
+                              cache_dir=spec.default_output_dir() / "data")
+    except DataError as exc:
+        bad_input(f"data.uri: {exc}")
+
+
+def _corpus_lines(spec, corpus) -> list[str]:
+    if corpus is not None:
+        return corpus.describe()
+    from sweep.data import INSPECT_MAX_BYTES
+
+    return [f"corpus {spec.data.uri}: over {INSPECT_MAX_BYTES / 2**20:.0f} MiB of files, so "
+            "validate does not read it; sweep run reads and splits it once, when it prepares "
+            "the corpus"]
+
+
+def _corpus_record(spec, corpus) -> dict:
+    if corpus is None:
+        return {"uri": spec.data.uri, "read": False}
+    return {"uri": corpus.uri, "read": True, "vocab_size": corpus.vocab_size,
+            "byte_level": corpus.byte_level, "n_train": len(corpus.train),
+            "n_val": len(corpus.val), METRIC_BASELINE: corpus.baseline_unigram_loss,
+            "entropy_rate": corpus.entropy_rate, "content_hash": corpus.content_hash,
+            **corpus.summary}
 
 
 def _measured_flops_per_s(spec) -> tuple[float | None, str]:
@@ -174,7 +216,9 @@ def _check_inputs(spec, out: Path | None = None, device: str | None = None,
     try:
         check_inputs(spec, out, device=device, ray_address=ray_address)
         return check_space(spec, device=device) if space else None
-    except (DataError, PreflightError) as exc:
+    except DataError as exc:
+        bad_input(f"data.uri: {exc}")
+    except PreflightError as exc:
         bad_input(str(exc))
 
 
@@ -259,7 +303,9 @@ def run(
     try:
         summary = run_study(spec, out_dir=out, quiet=quiet or as_json, ray_address=address,
                             device=device, console=common.console)
-    except (DataError, ResumeError, PreflightError) as exc:
+    except DataError as exc:
+        bad_input(f"data.uri: {exc}")
+    except (ResumeError, PreflightError) as exc:
         bad_input(str(exc))
     except StudyInterrupted as exc:
         common.stopped(str(exc), exc.exit_code)

@@ -2,28 +2,34 @@
 
 `load_corpus` (in `sweep.data.corpus`) turns a URI (``builtin:python-stdlib``, ``text:PATH``,
 ``tokens:PATH``, ``synthetic:markov?...``) into a `Corpus`; `sweep.data.synthetic` generates the
-synthetic sources whose entropy rate is known exactly. `check_corpus` checks a URI's scheme,
-parameters and paths in milliseconds, without reading the corpus.
+synthetic sources whose entropy rate is known exactly; `sweep.data.text` decides which files of a
+``text:`` folder are documents and which documents are held out, keeping near-duplicates
+(`sweep.data.near_duplicates`) on one side. `check_corpus` checks a URI's scheme, parameters and
+paths in milliseconds, without reading the corpus; `inspect_corpus` reads it without writing.
 """
 
 from sweep.data.corpus import (
     DEFAULT_CORPUS,
+    INSPECT_MAX_BYTES,
     SCHEMES,
     VAL_FRACTION,
     Corpus,
     DataError,
     check_corpus,
+    inspect_corpus,
     load_corpus,
     unigram_entropy,
 )
 
 __all__ = [
     "DEFAULT_CORPUS",
+    "INSPECT_MAX_BYTES",
     "SCHEMES",
     "VAL_FRACTION",
     "Corpus",
     "DataError",
     "check_corpus",
+    "inspect_corpus",
     "load_corpus",
     "unigram_entropy",
 ]

@@ -7,7 +7,9 @@ URIs:
   order given by a hash of their relative path, byte-level (vocab 256), capped at ``max_bytes``
   (default 4,000,000 bytes, which keeps preparation well under a second). Real text present on
   every machine; its content (and so its hash) follows the Python version.
-- ``text:PATH``: a text file, or every file under a directory (recursive, sorted), byte-level.
+- ``text:PATH[?include=GLOB&exclude=GLOB&val=GLOB]``: a text file, or the text files under a
+  folder (recursive, sorted; binary files skipped and counted), byte-level, split into train and
+  val by whole documents with near-duplicates kept on one side; see `sweep.data.text`.
 - ``tokens:PATH[?vocab=V]``: a nanoGPT-style folder with ``train.bin`` and ``val.bin``
   (``uint16`` ids). The vocab size comes from ``vocab=``, the ``vocab_size`` argument, or
   ``meta.json`` / ``meta.pkl`` (nanoGPT's format: a pickled dict with ``vocab_size``, ``itos``,
@@ -24,8 +26,12 @@ Preparation writes ``<cache_dir>/corpora/<content_hash>/{train,val}.bin`` and ``
 into a temporary folder and renames it into place, so parallel workers never see half-written
 files and a second trial or worker reuses the result. The hash covers the prepared content (for
 ``tokens:`` the files' paths, sizes and modification times, so large corpora are not re-read),
-so a changed corpus is prepared again. The last ``VAL_FRACTION`` of a byte or synthetic stream
-is the validation split; ``tokens:`` corpora keep their own ``val.bin``.
+so a changed corpus is prepared again; for ``text:`` it covers every document's path and
+bytes, the URI's globs and ``VAL_FRACTION``, which decide the split, so a changed split is a new
+corpus too. The last ``VAL_FRACTION`` of a builtin or synthetic stream is the validation split;
+``text:`` folders hold out whole documents (`sweep.data.text.split_documents`); ``tokens:``
+corpora keep their own ``val.bin``. Each prepared corpus's ``meta.json`` keeps its summary
+(`Corpus.summary`: documents, binary files skipped, the split), which `Corpus.describe` prints.
 """
 
 from __future__ import annotations
@@ -33,29 +39,36 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import math
 import os
 import pickle
 import shutil
 import sysconfig
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qsl
 
 import numpy as np
 
-from sweep.data import synthetic
+from sweep.data import synthetic, text
 from sweep.schema import METRIC_BASELINE
 
-__all__ = ["DEFAULT_CORPUS", "SCHEMES", "VAL_FRACTION", "Corpus", "DataError", "check_corpus",
-           "load_corpus"]
+__all__ = ["DEFAULT_CORPUS", "INSPECT_MAX_BYTES", "SCHEMES", "VAL_FRACTION", "Corpus",
+           "DataError", "check_corpus", "inspect_corpus", "load_corpus"]
+
+log = logging.getLogger(__name__)
 
 #: URI schemes of corpora, in the order the docs list them.
 SCHEMES = ("builtin", "text", "tokens", "synthetic")
 DEFAULT_CORPUS = "builtin:python-stdlib"
 VAL_FRACTION = 0.1
 STDLIB_MAX_BYTES = 4_000_000
+#: `inspect_corpus` (``sweep validate``) reads at most this many bytes of a ``text:`` corpus
+#: that has not been prepared yet.
+INSPECT_MAX_BYTES = 64 * 2**20
 _PREP_VERSION = "1"  # bump when preparation changes, so old caches are not reused
 _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
 
@@ -79,6 +92,10 @@ class Corpus:
         entropy_rate: The source's entropy rate in nats per token where known (synthetic
             sources), else ``None``.
         content_hash: Hash of the prepared content; the cache key.
+        summary: Plain data on what was read and how it was split: ``split`` (``"tail"``,
+            ``"documents"``, ``"val-glob"`` or ``"files"`` for ``tokens:``), and for
+            ``text:`` ``documents``, ``val_documents``, ``binary_skipped``, ``excluded``,
+            ``near_duplicate_groups``, ``near_duplicate_documents``; ``warnings`` (strings).
     """
 
     uri: str
@@ -89,6 +106,7 @@ class Corpus:
     baseline_unigram_loss: float
     entropy_rate: float | None
     content_hash: str
+    summary: dict = field(default_factory=dict)
 
     def require(self, seq_len: int) -> None:
         """Check both splits hold at least one window of ``seq_len + 1`` tokens.
@@ -102,6 +120,38 @@ class Corpus:
                     f"corpus {self.uri!r}: {name} split has {len(split)} tokens, fewer than "
                     f"one sequence of seq_len + 1 = {seq_len + 1}"
                 )
+
+    def describe(self) -> list[str]:
+        """The corpus in a few lines for a person: size, split, baseline, then any warnings."""
+        n_train, n_val = len(self.train), len(self.val)
+        unit = "bytes" if self.byte_level else "tokens"
+        s = self.summary
+        head = f"corpus {self.uri}: {n_train + n_val:,} {unit}"
+        if "documents" in s:
+            head += f" in {s['documents']:,} documents"
+            skipped = [f"{s[k]:,} {what}" for k, what in
+                       (("binary_skipped", "binary files skipped"),
+                        ("excluded", "files excluded by include/exclude")) if s.get(k)]
+            if skipped:
+                head += f" ({', '.join(skipped)})"
+        share = n_val / (n_train + n_val)
+        how = {"tail": f"the last {VAL_FRACTION:.0%} of the stream",
+               "files": "the folder's own val.bin",
+               "documents": f"whole documents by a hash of their path ({VAL_FRACTION:.0%} of "
+                            "documents)",
+               "val-glob": "whole documents matching val="}.get(s.get("split", "tail"), "")
+        split = f"split: train {n_train:,}, val {n_val:,} {unit} ({share:.1%}), {how}"
+        if "val_documents" in s and s.get("split") != "tail":
+            split += f"; {s['val_documents']:,} val documents"
+        if s.get("near_duplicate_groups"):
+            split += (f"; {s['near_duplicate_documents']:,} near-duplicate documents in "
+                      f"{s['near_duplicate_groups']:,} groups, each group on one side")
+        base = f"unigram baseline {self.baseline_unigram_loss:.4f} nats/token"
+        if self.byte_level:
+            base += f" ({self.baseline_unigram_loss / math.log(2):.4f} bits/byte)"
+        if self.entropy_rate is not None:
+            base += f"; entropy rate {self.entropy_rate:.4f} nats/token"
+        return [head, split, base] + [f"warning: {w}" for w in s.get("warnings", [])]
 
     def train_batch(
         self, seed: int, index: int, batch_size: int, seq_len: int
@@ -191,20 +241,72 @@ def _read_stdlib(uri: str, max_bytes: int) -> bytes:
     return b"".join(parts)[:max_bytes]
 
 
-def _read_text(path: Path) -> bytes:
-    if path.is_file():
-        return path.read_bytes()
-    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-    return b"".join(p.read_bytes() for p in files)
+@dataclass(frozen=True)
+class _Source:
+    """A corpus ready to prepare: its cache key and how to make its splits.
+
+    ``make`` returns ``(train, val, entropy_rate, summary)``; ``val`` None means the last
+    `VAL_FRACTION` of ``train`` (one stream). ``in_place`` splits are memory maps of the user's
+    own files, never copied.
+    """
+
+    digest: str
+    vocab: int
+    byte_level: bool
+    make: Callable[[], tuple]
+    in_place: bool = False
 
 
-def _bytes_source(uri: str, cache_dir: Path, raw: bytes, vocab_size: int | None) -> Corpus:
+def _bytes_source(uri: str, raw: bytes, vocab_size: int | None) -> _Source:
     if not raw:
         raise DataError(f"corpus {uri!r} is empty")
-    tokens = np.frombuffer(raw, dtype=np.uint8).astype(np.uint16)
     vocab = 256 if vocab_size is None else vocab_size
     digest = _hash(b"bytes", raw, str(vocab).encode())
-    return _prepare(uri, cache_dir, digest, lambda: (tokens, None), vocab, byte_level=True)
+
+    def make():
+        return _as_tokens(raw), None, None, {"split": "tail"}
+
+    return _Source(digest, vocab, True, make)
+
+
+def _as_tokens(raw: bytes) -> np.ndarray:
+    return np.frombuffer(raw, dtype=np.uint8).astype(np.uint16)
+
+
+def _text_source(uri: str, path: Path, query: text.TextQuery, vocab_size: int | None) -> _Source:
+    """A ``text:`` corpus: its documents read, the key covering everything the split uses."""
+    try:
+        docs = text.read_documents(path, query)
+    except ValueError as exc:
+        raise DataError(f"corpus {uri!r}: {exc}") from None
+    if docs.n_bytes == 0:
+        raise DataError(f"corpus {uri!r} is empty")
+    vocab = 256 if vocab_size is None else vocab_size
+    key = json.dumps({"include": query.include, "exclude": query.exclude, "val": query.val,
+                      "val_fraction": VAL_FRACTION, "vocab": vocab, "file": path.is_file()})
+    # Keyed apart from the b"bytes" key text corpora had before their split held out whole
+    # documents, so no earlier tail-split copy is reused; builtin, synthetic and tokens corpora
+    # keep their keys (and the checkpoints and trunks keyed on them stay valid).
+    parts = [b"text", key.encode()]
+    for name, blob in zip(docs.names, docs.texts, strict=True):
+        parts += [name.encode("utf-8", "surrogateescape"), blob]
+    digest = _hash(*parts)
+
+    def make():
+        try:
+            split = text.split_documents(docs, VAL_FRACTION, query.val)
+        except ValueError as exc:
+            raise DataError(f"corpus {uri!r}: {exc}") from None
+        summary = {"split": split.method, "documents": len(docs.names),
+                   "val_documents": len(split.val), "binary_skipped": docs.n_binary,
+                   "excluded": docs.n_excluded, "near_duplicate_groups": split.n_groups,
+                   "near_duplicate_documents": split.n_grouped, "warnings": split.warnings}
+        train = _as_tokens(b"".join(docs.texts[i] for i in split.train))
+        if split.method == "tail":
+            return train, None, None, summary
+        return train, _as_tokens(b"".join(docs.texts[i] for i in split.val)), None, summary
+
+    return _Source(digest, vocab, True, make)
 
 
 _SYNTHETIC_COMMON = {"vocab": int, "seed": int, "tokens": int}
@@ -243,24 +345,27 @@ def _synthetic_params(uri: str, rest: str) -> tuple[str, dict]:
     return task, p
 
 
-def _synthetic(uri: str, cache_dir: Path, task: str, p: dict,
-               vocab_size: int | None) -> Corpus:
+def _synthetic(uri: str, task: str, p: dict, vocab_size: int | None) -> _Source:
     vocab, n = p["vocab"], p["tokens"]
     if task == "markov":
-        def make():
+        def stream():
             return synthetic.markov_stream(n, vocab, p["order"], p["alpha"], p["seed"])
     elif task == "copy":
-        def make():
+        def stream():
             return synthetic.copy_stream(n, vocab, p["length"], p["seed"])
     else:
-        def make():
+        def stream():
             return synthetic.associative_recall_stream(n, vocab, p["pairs"], p["seed"])
+
+    def make():
+        tokens, entropy_rate = stream()
+        return tokens, None, entropy_rate, {"split": "tail"}
 
     key = json.dumps({"task": task, **{k: p[k] for k in sorted(_SYNTHETIC_KINDS[task])}},
                      sort_keys=True)
     model_vocab = vocab if vocab_size is None else vocab_size
     digest = _hash(b"synthetic", key.encode(), str(model_vocab).encode())
-    return _prepare(uri, cache_dir, digest, make, model_vocab, byte_level=False)
+    return _Source(digest, model_vocab, False, make)
 
 
 def _token_files(uri: str, rest: str, vocab_size: int | None) -> tuple[dict[str, Path], int]:
@@ -284,12 +389,16 @@ def _token_files(uri: str, rest: str, vocab_size: int | None) -> tuple[dict[str,
     return files, vocab
 
 
-def _tokens(uri: str, cache_dir: Path, files: dict[str, Path], vocab: int) -> Corpus:
+def _tokens(uri: str, files: dict[str, Path], vocab: int) -> _Source:
     stats = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files.values()]
     digest = _hash(b"tokens", json.dumps(stats).encode(), str(vocab).encode())
-    train = np.memmap(files["train"], dtype=np.uint16, mode="r")
-    val = np.memmap(files["val"], dtype=np.uint16, mode="r")
-    return _prepare(uri, cache_dir, digest, None, vocab, byte_level=False, splits=(train, val))
+
+    def make():
+        train = np.memmap(files["train"], dtype=np.uint16, mode="r")
+        val = np.memmap(files["val"], dtype=np.uint16, mode="r")
+        return train, val, None, {"split": "files"}
+
+    return _Source(digest, vocab, False, make, in_place=True)
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -360,29 +469,43 @@ def _check_ids(uri: str, name: str, tokens: np.ndarray, vocab: int) -> None:
                         f"vocab_size={vocab}")
 
 
-def _prepare(uri, cache_dir, digest, make, vocab, *, byte_level, splits=None) -> Corpus:
-    if vocab < 1:
-        raise DataError(f"corpus {uri!r}: vocab_size={vocab} must be positive")
-    final = Path(cache_dir) / "corpora" / digest
+def _splits(uri: str, src: _Source) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Make the source's splits and the ``meta.json`` that describes them."""
+    train, val, entropy_rate, summary = src.make()
+    if val is None:
+        if len(train) < 2:
+            raise DataError(f"corpus {uri!r} has {len(train)} token(s); too short to split")
+        n_val = max(1, int(len(train) * VAL_FRACTION))
+        train, val = train[:-n_val], train[-n_val:]
+    for name, split in (("train", train), ("val", val)):
+        _check_ids(uri, name, split, src.vocab)
+    meta = {"uri": uri, "vocab_size": src.vocab, "byte_level": src.byte_level,
+            "entropy_rate": entropy_rate, METRIC_BASELINE: unigram_entropy(val, src.vocab),
+            "n_train": len(train), "n_val": len(val), "in_place": src.in_place,
+            "summary": summary}
+    return train, val, meta
+
+
+def _corpus(uri: str, src: _Source, train, val, meta: dict) -> Corpus:
+    return Corpus(uri=uri, vocab_size=src.vocab, byte_level=src.byte_level, train=train,
+                  val=val, baseline_unigram_loss=meta[METRIC_BASELINE],
+                  entropy_rate=meta["entropy_rate"], content_hash=src.digest,
+                  summary=meta.get("summary", {}))
+
+
+def _prepare(uri: str, cache_dir: Path, src: _Source) -> Corpus:
+    if src.vocab < 1:
+        raise DataError(f"corpus {uri!r}: vocab_size={src.vocab} must be positive")
+    final = Path(cache_dir) / "corpora" / src.digest
     if not (final / "meta.json").is_file():
-        entropy_rate = None
-        if splits is None:
-            stream, entropy_rate = make()
-            n_val = max(1, int(len(stream) * VAL_FRACTION))
-            if len(stream) < 2:
-                raise DataError(f"corpus {uri!r} has {len(stream)} token(s); too short to split")
-            splits = (stream[:-n_val], stream[-n_val:])
-        for name, split in zip(("train", "val"), splits, strict=True):
-            _check_ids(uri, name, split, vocab)
-        meta = {"uri": uri, "vocab_size": vocab, "byte_level": byte_level,
-                "entropy_rate": entropy_rate,
-                METRIC_BASELINE: unigram_entropy(splits[1], vocab),
-                "n_train": len(splits[0]), "n_val": len(splits[1]), "in_place": make is None}
+        train, val, meta = _splits(uri, src)
+        for warning in meta["summary"].get("warnings", []):
+            log.warning("corpus %s: %s", uri, warning)
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=final.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{src.digest}-", dir=final.parent))
         try:
-            if make is not None:
-                for name, split in zip(("train", "val"), splits, strict=True):
+            if not src.in_place:
+                for name, split in (("train", train), ("val", val)):
                     _write_split(np.asarray(split, dtype=np.uint16), tmp / f"{name}.bin")
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
             os.rename(tmp, final)
@@ -393,12 +516,12 @@ def _prepare(uri, cache_dir, digest, make, vocab, *, byte_level, splits=None) ->
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     meta = json.loads((final / "meta.json").read_text())
-    if splits is None or not meta["in_place"]:
-        splits = tuple(np.memmap(final / f"{n}.bin", dtype=np.uint16, mode="r")
-                       for n in ("train", "val"))
-    return Corpus(uri=uri, vocab_size=vocab, byte_level=byte_level, train=splits[0],
-                  val=splits[1], baseline_unigram_loss=meta[METRIC_BASELINE],
-                  entropy_rate=meta["entropy_rate"], content_hash=digest)
+    if src.in_place:
+        train, val = src.make()[:2]
+    else:
+        train, val = (np.memmap(final / f"{n}.bin", dtype=np.uint16, mode="r")
+                      for n in ("train", "val"))
+    return _corpus(uri, src, train, val, meta)
 
 
 def _resolve(uri: str, vocab_size: int | None) -> tuple[str, object]:
@@ -419,12 +542,20 @@ def _resolve(uri: str, vocab_size: int | None) -> tuple[str, object]:
             raise DataError(f"corpus {uri!r}: max_bytes={cap} must be positive")
         return scheme, cap
     if scheme == "text":
-        if not rest.strip():
+        raw_path, _, query = rest.partition("?")
+        if not raw_path.strip():
             raise DataError(f"corpus {uri!r}: text: needs a file or folder path")
-        path = Path(rest).expanduser()
+        try:
+            globs = text.parse_query(query)
+        except ValueError as exc:
+            raise DataError(f"corpus {uri!r}: {exc}") from None
+        path = Path(raw_path).expanduser()
         if not path.exists():
             raise DataError(f"corpus {uri!r}: path {str(path)!r} does not exist")
-        return scheme, path
+        if globs and not path.is_dir():
+            raise DataError(f"corpus {uri!r}: include, exclude and val apply to a folder; "
+                            f"{str(path)!r} is a file")
+        return scheme, (path, globs)
     if scheme == "tokens":
         return scheme, _token_files(uri, rest, vocab_size)
     if scheme == "synthetic":
@@ -478,11 +609,46 @@ def load_corpus(uri: str, cache_dir: Path | str, *, vocab_size: int | None = Non
             parameter, a ``meta.pkl`` that is not plain data; the message names ``uri``.
     """
     scheme, resolved = _resolve(uri, vocab_size)
-    cache_dir = Path(cache_dir)
+    return _prepare(uri, Path(cache_dir), _source(uri, scheme, resolved, vocab_size))
+
+
+def _source(uri: str, scheme: str, resolved, vocab_size: int | None) -> _Source:
     if scheme == "builtin":
-        return _bytes_source(uri, cache_dir, _read_stdlib(uri, resolved), vocab_size)
+        return _bytes_source(uri, _read_stdlib(uri, resolved), vocab_size)
     if scheme == "text":
-        return _bytes_source(uri, cache_dir, _read_text(resolved), vocab_size)
+        return _text_source(uri, *resolved, vocab_size)
     if scheme == "tokens":
-        return _tokens(uri, cache_dir, *resolved)
-    return _synthetic(uri, cache_dir, *resolved, vocab_size)
+        return _tokens(uri, *resolved)
+    return _synthetic(uri, *resolved, vocab_size)
+
+
+def inspect_corpus(uri: str, *, vocab_size: int | None = None, cache_dir: Path | str | None = None,
+                   max_read_bytes: int | None = INSPECT_MAX_BYTES) -> Corpus | None:
+    """The corpus named by ``uri`` with its summary, read but never written anywhere.
+
+    For ``sweep validate``: the prepared copy under ``cache_dir/corpora`` when one exists
+    (only read), else the splits made in memory exactly as `load_corpus` would make them. A
+    ``text:`` folder whose candidate files (after the globs, before the text check) hold more
+    than ``max_read_bytes`` is not read at all (None is returned), so validating a spec stays
+    fast whatever the corpus: ``sweep run`` reads and splits such a corpus once, when it
+    prepares it. Reading costs about what preparing does minus the writes: for ``text:``,
+    reading the files, and finding near-duplicates when the split is not cached.
+
+    Returns:
+        The `Corpus` (splits as memory maps or in-memory arrays), or None for a ``text:``
+        corpus over ``max_read_bytes``.
+
+    Raises:
+        DataError: As `load_corpus`.
+    """
+    scheme, resolved = _resolve(uri, vocab_size)
+    if scheme == "text" and max_read_bytes is not None and resolved[0].is_dir():
+        files, _ = text.list_files(*resolved)
+        if sum(p.stat().st_size for _, p in files) > max_read_bytes:
+            return None
+    src = _source(uri, scheme, resolved, vocab_size)
+    if cache_dir is not None and (Path(cache_dir) / "corpora" / src.digest / "meta.json").is_file():
+        return _prepare(uri, Path(cache_dir), src)
+    if src.vocab < 1:
+        raise DataError(f"corpus {uri!r}: vocab_size={src.vocab} must be positive")
+    return _corpus(uri, src, *_splits(uri, src))

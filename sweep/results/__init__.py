@@ -1,14 +1,19 @@
 """Results of a study read back from MLflow: a pandas table, the study's plots, the MLflow UI.
 
-`load_results` gives one row per trial for scripted analyses; `study_figures` draws the plots
+`load_results` gives one row per trial for scripted analyses (with the corpus's unigram baseline
+in its ``attrs``); `study_figures` draws the plots
 the parent run keeps; `start_ui` serves a study's store with ``mlflow server`` on 127.0.0.1.
 """
 
 from sweep.results.plots import close_figures, study_figures
 from sweep.results.table import (
+    BASELINE_ABOUT,
+    BEST_VAL_BPB,
     LEAD_COLUMNS,
+    LOSS_OVER_BASELINE,
     StudyNotFoundError,
     load_results,
+    read_baseline,
     read_study,
     resolve_study,
     trials_frame,
@@ -16,10 +21,14 @@ from sweep.results.table import (
 from sweep.results.ui import start_ui, stop_ui, ui_command
 
 __all__ = [
+    "BASELINE_ABOUT",
+    "BEST_VAL_BPB",
     "LEAD_COLUMNS",
+    "LOSS_OVER_BASELINE",
     "StudyNotFoundError",
     "close_figures",
     "load_results",
+    "read_baseline",
     "read_study",
     "resolve_study",
     "start_ui",

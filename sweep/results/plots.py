@@ -1,12 +1,13 @@
 """The plots a study's parent run keeps.
 
-Val-loss curves and Optuna's history, importance, slice and Pareto plots, drawn with matplotlib from
-the trials table.
+Val-loss curves (with the corpus's unigram baseline as a dashed line) and Optuna's history,
+importance, slice and Pareto plots, drawn with matplotlib from the trials table.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import warnings
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from sweep.results.table import LEAD_COLUMNS
-from sweep.schema import METRIC_BEST_VAL_LOSS, TrialState
+from sweep.schema import METRIC_BASELINE, METRIC_BEST_VAL_LOSS, TrialState
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,8 @@ def _use_agg() -> None:
         matplotlib.use("Agg")
 
 
-def _val_loss_figure(frame: pd.DataFrame, histories: Mapping[str, list[tuple]]) -> Any:
+def _val_loss_figure(frame: pd.DataFrame, histories: Mapping[str, list[tuple]],
+                     baseline: float | None) -> Any:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -45,10 +47,13 @@ def _val_loss_figure(frame: pd.DataFrame, histories: Mapping[str, list[tuple]]) 
             alpha=1.0 if is_best else 0.5,
             label=f"trial {trial} (best)" if is_best else None,
         )
+    if baseline is not None and math.isfinite(baseline):
+        ax.axhline(baseline, color="0.3", ls="--", lw=1.0,
+                   label=f"unigram baseline {baseline:.3f}")
     ax.set_xlabel("tokens seen")
     ax.set_ylabel("val loss (nats/token)")
     ax.set_title("Validation loss of all trials")
-    if best is not None and ax.get_legend_handles_labels()[0]:
+    if ax.get_legend_handles_labels()[0]:
         ax.legend()
     fig.tight_layout()
     return fig
@@ -94,10 +99,12 @@ def study_figures(
     histories: Mapping[str, list[tuple]],
     optuna_study: Any = None,
     objective_names: list[str] | None = None,
+    baseline: float | None = None,
 ) -> dict[str, Any]:
     """Matplotlib figures of a study, by file stem; a plot that cannot be drawn is skipped.
 
-    ``val_loss_curves`` (from the MLflow histories), and Optuna's
+    ``val_loss_curves`` (from the MLflow histories, `sweep.tracking.val_loss_histories`; the
+    unigram baseline a dashed horizontal line), and Optuna's
     ``optimization_history``, ``param_importances`` and ``parallel_coordinate`` (both need >= 2
     complete trials) and, for a multi-objective study, ``pareto_front``
     (`optuna.visualization.matplotlib`). Drawn with the Agg backend unless pyplot is in use.
@@ -107,6 +114,9 @@ def study_figures(
         histories: ``run_id -> [(tokens, val_loss), ...]``.
         optuna_study: The executor's study; default: rebuilt from ``frame``.
         objective_names: Names of the objectives of a multi-objective study.
+        baseline: The corpus's unigram baseline, nats per token; default
+            ``frame.attrs["baseline_unigram_loss"]`` (`trials_frame`), no line when NaN or
+            absent.
     """
     import optuna
     from optuna.visualization import matplotlib as ovm
@@ -120,7 +130,8 @@ def study_figures(
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     # (fewest complete trials, draw): below these counts Optuna draws empty or uniform plots.
     plots = {
-        "val_loss_curves": (0, lambda: _val_loss_figure(frame, histories)),
+        "val_loss_curves": (0, lambda: _val_loss_figure(
+            frame, histories, frame.attrs.get(METRIC_BASELINE) if baseline is None else baseline)),
         "optimization_history": (1, lambda: ovm.plot_optimization_history(study, **kw)),
         "param_importances": (2, lambda: ovm.plot_param_importances(study, **kw)),
         "parallel_coordinate": (2, lambda: ovm.plot_parallel_coordinate(study, **kw)),

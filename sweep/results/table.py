@@ -1,7 +1,7 @@
 """Results of a study read back from MLflow as a pandas table, one row per trial.
 
-Params under dotted columns, cost metrics, state, best and final val loss: for scripted
-analyses.
+Params under dotted columns, cost metrics, state, best and final val loss, the best loss over
+the corpus's unigram baseline and in bits per byte: for scripted analyses.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pandas as pd
 
 from sweep import tracking
 from sweep.schema import (
+    METRIC_BASELINE,
     METRIC_BEST_VAL_LOSS,
     METRIC_BUDGET_FLOPS,
     METRIC_FINAL_VAL_LOSS,
@@ -31,6 +32,7 @@ from sweep.schema import (
     METRIC_TOKENS_PER_PARAM,
     METRIC_TOKENS_PER_S,
     METRIC_TRAIN_FLOPS,
+    METRIC_VAL_BPB,
     METRIC_VAL_LOSS,
     METRIC_WALL_S,
     TrialState,
@@ -39,10 +41,22 @@ from sweep.schema import (
 log = logging.getLogger(__name__)
 
 
+#: ``best_val_loss / baseline_unigram_loss``: below 1 where a trial beat the best model that
+#: ignores context.
+LOSS_OVER_BASELINE = "loss_over_baseline"
+#: ``best_val_loss / ln 2``, bits per byte, for trials on byte-level corpora (those that logged
+#: ``val_bpb``): nats per token are nats per byte there.
+BEST_VAL_BPB = "best_val_bpb"
+#: What ``frame.attrs["baseline_unigram_loss"]`` is.
+BASELINE_ABOUT = ("the unigram baseline: entropy of the val split's token frequencies in nats "
+                  "per token, the loss of the best model that ignores context")
+
 LEAD_COLUMNS = (
     "trial",
     "state",
     METRIC_BEST_VAL_LOSS,
+    LOSS_OVER_BASELINE,
+    BEST_VAL_BPB,
     METRIC_FINAL_VAL_LOSS,
     METRIC_TOKENS,
     METRIC_N_PARAMS,
@@ -124,7 +138,7 @@ def resolve_study(study_or_dir: str | Path, tracking_uri: str | None = None) -> 
     raise StudyNotFoundError(f"no study {name!r} in {tracking_uri} (it holds {studies})")
 
 
-def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
+def trials_frame(trials: list[dict[str, Any]], baseline: float | None = None) -> pd.DataFrame:
     """One row per trial from `sweep.tracking.read_trials` records.
 
     Columns: `LEAD_COLUMNS`, a scaling study's `SCALING_COLUMNS` (``budget_flops``,
@@ -133,12 +147,21 @@ def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
     trial number. ``final_val_loss`` is the runner's ``final_val_loss`` metric, else the last
     ``val_loss`` of a COMPLETE, PRUNED or RUNNING trial (NaN otherwise); ``tokens`` the tokens
     trained; ``retry_of`` the number of the ``INTERRUPTED`` trial a trial retries (None if
-    none).
+    none); ``loss_over_baseline`` ``best_val_loss / baseline`` (NaN without a finite
+    ``baseline``); ``best_val_bpb`` ``best_val_loss / ln 2`` for a trial that logged ``val_bpb``
+    (a byte-level corpus), else NaN.
+
+    Args:
+        trials: `sweep.tracking.read_trials` records.
+        baseline: The corpus's unigram baseline, nats per token (`read_baseline`); kept in
+            ``frame.attrs["baseline_unigram_loss"]`` (NaN when None).
     """
+    baseline = math.nan if baseline is None else float(baseline)
     rows = []
     for trial in trials:
         metrics = trial["metrics"]
         row = {c: metrics.get(c, math.nan) for c in LEAD_COLUMNS}
+        best = metrics.get(METRIC_BEST_VAL_LOSS, math.nan)
         row.update(
             trial=trial["trial"],
             state=trial["state"],
@@ -150,6 +173,8 @@ def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
                 metrics.get(METRIC_VAL_LOSS, math.nan) if TrialState(trial["state"]).trained
                 else math.nan,
             ),
+            **{LOSS_OVER_BASELINE: best / baseline if baseline > 0 else math.nan,
+               BEST_VAL_BPB: best / math.log(2) if METRIC_VAL_BPB in metrics else math.nan},
         )
         if METRIC_BUDGET_FLOPS in metrics:  # a scaling study's trial
             row.update({name: metrics.get(name, math.nan) for name in SCALING_COLUMNS})
@@ -162,20 +187,34 @@ def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
         params = sorted(c for c in frame.columns if c not in LEAD_COLUMNS and c not in scaling)
         frame = frame[list(LEAD_COLUMNS) + scaling + params]
     frame = frame.sort_values([METRIC_BEST_VAL_LOSS, "trial"], na_position="last", kind="stable")
-    return frame.reset_index(drop=True)
+    frame = frame.reset_index(drop=True)
+    frame.attrs[METRIC_BASELINE] = baseline
+    return frame
+
+
+def read_baseline(tracking_uri: str, parent_run_id: str) -> float:
+    """The unigram baseline the study's parent run logged (nats per token), NaN if none."""
+    from mlflow import MlflowClient  # MLflow only when a study is read
+
+    metrics = MlflowClient(tracking_uri).get_run(parent_run_id).data.metrics
+    return float(metrics.get(METRIC_BASELINE, math.nan))
 
 
 def load_results(study_or_dir: str | Path, tracking_uri: str | None = None) -> pd.DataFrame:
     """Trials of a study as a DataFrame (see `trials_frame`), best first.
 
-    ``frame.attrs`` holds ``tracking_uri``, ``study``, ``experiment_id`` and ``parent_run_id``.
+    ``frame.attrs`` holds ``tracking_uri``, ``study``, ``experiment_id``, ``parent_run_id``,
+    ``baseline_unigram_loss`` (the corpus's unigram baseline, nats per token; NaN if the study
+    logged none), ``baseline_about`` (`BASELINE_ABOUT`, what that number is) and
+    ``byte_level`` (whether the trials logged ``val_bpb``, so ``best_val_bpb`` is filled).
 
     Raises:
         StudyNotFoundError: If no such study exists (see `resolve_study`).
     """
     trials, attrs = read_study(study_or_dir, tracking_uri)
-    frame = trials_frame(trials)
-    frame.attrs.update(attrs)
+    frame = trials_frame(trials, baseline=attrs[METRIC_BASELINE])
+    frame.attrs.update(attrs, baseline_about=BASELINE_ABOUT,
+                       byte_level=any(METRIC_VAL_BPB in t["metrics"] for t in trials))
     return frame
 
 
@@ -184,8 +223,8 @@ def read_study(study_or_dir: str | Path,
     """A study's trial records (`sweep.tracking.read_trials`) and where they come from.
 
     Returns:
-        ``(trials, attrs)``; ``attrs`` holds ``tracking_uri``, ``study``, ``experiment_id``
-        and ``parent_run_id``.
+        ``(trials, attrs)``; ``attrs`` holds ``tracking_uri``, ``study``, ``experiment_id``,
+        ``parent_run_id`` and ``baseline_unigram_loss`` (`read_baseline`).
 
     Raises:
         StudyNotFoundError: No such study (see `resolve_study`), or its experiment has no
@@ -199,4 +238,5 @@ def read_study(study_or_dir: str | Path,
     experiment_id, parent_run_id = found
     trials = tracking.read_trials(tracking_uri, experiment_id, parent_run_id)
     return trials, {"tracking_uri": tracking_uri, "study": study,
-                    "experiment_id": experiment_id, "parent_run_id": parent_run_id}
+                    "experiment_id": experiment_id, "parent_run_id": parent_run_id,
+                    METRIC_BASELINE: read_baseline(tracking_uri, parent_run_id)}

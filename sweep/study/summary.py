@@ -20,9 +20,10 @@ def finish_study(tracker: StudyTracker, optuna_study: Any = None, *,
                  interrupted: str | None = None) -> dict[str, Any]:
     """Summarise the study's trials into its parent run and end it.
 
-    Logs what `StudyTracker.finish` logs, plus ``trials.csv`` (`sweep.results.trials_frame`)
-    and ``plots/*.png`` (`sweep.results.study_figures`; a plot that fails is logged and
-    skipped).
+    Logs what `StudyTracker.finish` logs, plus ``trials.csv`` (`sweep.results.trials_frame`,
+    with the loss over the unigram baseline the parent run logged) and ``plots/*.png``
+    (`sweep.results.study_figures`, the baseline dashed on the val-loss curves; a plot that
+    fails is logged and skipped).
 
     Args:
         tracker: The study's parent run.
@@ -37,7 +38,8 @@ def finish_study(tracker: StudyTracker, optuna_study: Any = None, *,
     """
     context = tracker.context
     trials = read_trials(context.tracking_uri, context.experiment_id, context.parent_run_id)
-    frame = results.trials_frame(trials)
+    frame = results.trials_frame(
+        trials, baseline=results.read_baseline(context.tracking_uri, context.parent_run_id))
     histories = val_loss_histories(context.tracking_uri, [t["run_id"] for t in trials])
     figures = {} if interrupted is not None else results.study_figures(
         frame, histories, optuna_study, objective_names)

@@ -37,9 +37,12 @@ def test_text_file_and_directory(tmp_path):
     (tmp_path / "d" / "sub" / "a.txt").write_bytes(b"aaaa" * 100)
     (tmp_path / "d" / "a.txt").write_bytes(b"cccc" * 100)
     c = load_corpus(f"text:{tmp_path / 'd'}", tmp_path / "cache")
-    stream = np.concatenate([c.train, c.val]).astype(np.uint8).tobytes()
-    # sorted recursive order: a.txt, b.txt, sub/a.txt
-    assert stream == b"cccc" * 100 + b"bbbb" * 100 + b"aaaa" * 100
+    train = np.asarray(c.train).astype(np.uint8).tobytes()
+    val = np.asarray(c.val).astype(np.uint8).tobytes()
+    # Whole documents, each side in sorted recursive order (a.txt, b.txt, sub/a.txt); no path
+    # hashes below 0.1 (0.785, 0.525, 0.838), so the smallest, b.txt's, is the val document.
+    assert (train, val) == (b"cccc" * 100 + b"aaaa" * 100, b"bbbb" * 100)
+    assert c.summary["split"] == "documents" and c.summary["documents"] == 3
     f = load_corpus(f"text:{tmp_path / 'd' / 'b.txt'}", tmp_path / "cache")
     assert np.concatenate([f.train, f.val]).astype(np.uint8).tobytes() == b"bbbb" * 100
 
@@ -108,14 +111,14 @@ def _load(args):
 
 def test_parallel_workers_prepare_once_without_half_files(tmp_path):
     path = tmp_path / "t.txt"
-    path.write_bytes(bytes(range(256)) * 2000)
+    path.write_bytes(bytes(range(1, 256)) * 2000)  # no NUL; not UTF-8, text by its suffix
     with mp.get_context("spawn").Pool(2) as pool:
         hashes = pool.map(_load, [(path, tmp_path / "cache")] * 4)
     assert len(set(hashes)) == 1
     entries = list((tmp_path / "cache" / "corpora").iterdir())
     assert [e.name for e in entries] == [hashes[0]]  # no temporary folders left behind
     c = load_corpus(f"text:{path}", tmp_path / "cache")
-    assert len(c.train) + len(c.val) == 256 * 2000
+    assert len(c.train) + len(c.val) == 255 * 2000
 
 
 # ------------------------------------------------------------------------------- errors
@@ -137,7 +140,7 @@ def test_empty_corpora(tmp_path):
     (tmp_path / "empty.txt").write_bytes(b"")
     _expect(f"text:{tmp_path / 'empty.txt'}", tmp_path, "empty")
     (tmp_path / "emptydir").mkdir()
-    _expect(f"text:{tmp_path / 'emptydir'}", tmp_path, "empty")
+    _expect(f"text:{tmp_path / 'emptydir'}", tmp_path, "no text documents")
     _expect("synthetic:markov?tokens=0", tmp_path, "empty")
     _write_tokens(tmp_path / "e", [], [1, 2, 3], meta={"vocab_size": 8})
     _expect(f"tokens:{tmp_path / 'e'}", tmp_path, "empty")
@@ -155,8 +158,8 @@ def test_corpus_shorter_than_one_sequence(tmp_path):
 def test_token_ids_beyond_vocab(tmp_path):
     _write_tokens(tmp_path / "t", [1, 2, 300, 4] * 10, [1, 2, 3] * 10, meta={"vocab_size": 256})
     _expect(f"tokens:{tmp_path / 't'}", tmp_path, "token id 300, beyond vocab_size=256")
-    (tmp_path / "b.txt").write_bytes(b"\x00\x10\xff" * 10)
-    _expect(f"text:{tmp_path / 'b.txt'}", tmp_path, "token id 255", vocab_size=128)
+    (tmp_path / "b.txt").write_bytes("\x10caf\xe9 ".encode("latin-1") * 10)  # text by suffix
+    _expect(f"text:{tmp_path / 'b.txt'}", tmp_path, "token id 233", vocab_size=128)
     _expect("synthetic:markov?vocab=32&tokens=5000", tmp_path, "beyond vocab_size=16",
             vocab_size=16)
 

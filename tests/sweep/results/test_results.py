@@ -221,3 +221,77 @@ def test_results_csv_to_a_missing_folder_exits_2(store, tmp_path):
     result = CliRunner().invoke(app, ["results", str(store["out"]), "--csv",
                                       str(tmp_path / "missing" / "x.csv")])
     assert result.exit_code == 2 and "--csv" in result.output
+
+
+# ---------------------------------------------------------------- the unigram baseline
+BASELINE = 2.5  # nats/token, as a study's driver logs it from its corpus
+
+
+@pytest.fixture(scope="module")
+def byte_store(tmp_path_factory):
+    """A study on a byte-level corpus: the parent logged the baseline, trials ``val_bpb``."""
+    out = tmp_path_factory.mktemp("bytes") / "runs" / "bytes"
+    tracker = StudyTracker.start(default_tracking_uri(out), "bytes", SPEC, executor="optuna",
+                                 algorithm="random")
+    tracker.log_baseline(BASELINE)
+    for n, losses in ((0, [2.2, 2.0]), (1, [2.4, 1.5])):
+        with tracker.start_trial(n, {"model": {"d_model": 32}, "train": {"lr": 1e-3}}) as run:
+            for step, loss in enumerate(losses, start=1):
+                run.report(100 * step, {"val_loss": loss, "val_bpb": loss / math.log(2)})
+            run.log_result({"state": "COMPLETE", "tokens": 200, "final_val_loss": losses[-1]})
+    return out
+
+
+def test_load_results_carries_the_baseline_and_bits_per_byte(byte_store, store):
+    frame = load_results(byte_store)
+    assert frame.attrs["baseline_unigram_loss"] == BASELINE
+    assert "nats per token" in frame.attrs["baseline_about"]
+    assert frame.attrs["byte_level"] is True
+    assert frame["loss_over_baseline"].tolist() == [1.5 / BASELINE, 2.0 / BASELINE]
+    assert frame["best_val_bpb"].tolist() == [1.5 / math.log(2), 2.0 / math.log(2)]
+    # A study that logged no baseline, on a corpus that is not byte-level: NaN, said so.
+    plain = load_results(store["out"])
+    assert math.isnan(plain.attrs["baseline_unigram_loss"]) and plain.attrs["byte_level"] is False
+    assert plain["loss_over_baseline"].isna().all() and plain["best_val_bpb"].isna().all()
+
+
+def test_cli_results_shows_loss_over_baseline_and_bpb(byte_store, store):
+    result = runner.invoke(app, ["results", str(byte_store)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "unigram baseline 2.5000 nats/token (3.6067 bits/byte)" in text
+    header = next(line for line in result.output.splitlines() if "best val" in line)
+    assert "loss / baseline" in header and "bpb" in header
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in result.output.splitlines()
+            if "COMPLETE" in line]
+    # trial, state, best val, loss / baseline (1.5 / 2.5), bpb (1.5 / ln 2), final val, ...
+    assert [r[:6] for r in rows] == [["1", "COMPLETE", "1.5", "0.6", "2.164", "1.5"],
+                                     ["0", "COMPLETE", "2", "0.8", "2.885", "2"]]
+    result = runner.invoke(app, ["results", str(store["out"])], env={"COLUMNS": "200"})
+    assert "loss / baseline" not in result.output and "bpb" not in result.output
+
+
+def test_val_loss_curves_draw_the_baseline_dashed(byte_store):
+    from sweep.results import study_figures
+    from sweep.tracking import val_loss_histories
+
+    frame = load_results(byte_store)
+    histories = val_loss_histories(frame.attrs["tracking_uri"], frame["run_id"])
+    figures = study_figures(frame, histories)
+    try:
+        ax = figures["val_loss_curves"].axes[0]
+        dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+        assert len(dashed) == 1 and list(dashed[0].get_ydata()) == [BASELINE, BASELINE]
+        assert "unigram baseline 2.500" in [t.get_text() for t in ax.get_legend().get_texts()]
+        assert len(ax.get_lines()) == 3  # two trials' curves and the baseline
+    finally:
+        from sweep.results import close_figures
+
+        close_figures(figures)
+    frame.attrs["baseline_unigram_loss"] = math.nan
+    figures = study_figures(frame, histories)
+    try:
+        ax = figures["val_loss_curves"].axes[0]
+        assert [line.get_linestyle() for line in ax.get_lines()] == ["-", "-"]
+    finally:
+        close_figures(figures)
