@@ -243,8 +243,10 @@ def _check_fields(spec: StudySpec) -> Iterator[str]:
                f"{spec.data.vocab_size}")
 
 
-#: Model fields a scaling study's size rule or ladder sets for every trial.
-SCALING_OWNED_MODEL = ("preset", "d_model", "n_layers", "n_heads", "d_ff", "d_head", "d_ff_ratio")
+#: Model fields a scaling study's size rule or ladder sets for every trial (``n_kv_heads``: the
+#: rule's and ladder's shapes are multi-head, as their head counts need not share a divisor).
+SCALING_OWNED_MODEL = ("preset", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "d_head",
+                       "d_ff_ratio")
 #: Train fields that fix the batch, from which each grid point's step count is laid out.
 SCALING_FIXED_TRAIN = ("batch_size", "grad_accum", "batch_tokens")
 
@@ -537,7 +539,7 @@ def _listed(values: tuple[int, int, int] | list[Any]) -> list[Any]:
 def _check_kv_heads(spec: StudySpec) -> list[str]:
     """Refuse an n_kv_heads value that divides no n_heads of the space (it never builds).
 
-    A scaling study's heads come from its size rule or ladder, checked per shape there.
+    A scaling study owns the heads and refuses n_kv_heads (`SCALING_OWNED_MODEL`).
     """
     model = spec.model
     if "n_kv_heads" not in model or spec.scaling is not None:

@@ -109,3 +109,18 @@ def test_pbt_keeps_grouping_and_parametrization_fixed(field):
     found = problems({"base_d_model": 32}, search)
     assert any(p.startswith(f"search.pbt.hyperparam_mutations.{field}: PBT cannot mutate")
                for p in found), found
+
+
+def test_a_scaling_study_owns_the_heads_and_takes_a_parametrization():
+    data = {"name": "s", "data": "builtin:python-stdlib",
+            "model": {"seq_len": 64, "n_kv_heads": 1},
+            "train": {"batch_size": 16},
+            "scaling": {"budgets": [1e12, 3e12],
+                        "rule": {"d_model": {"min": 16, "max": 64, "step": 16},
+                                 "n_layers": 2, "d_head": 8, "d_ff_ratio": 4}}}
+    with pytest.raises(SpecError) as info:
+        parse_spec(data)
+    assert info.value.problems == [
+        "model.n_kv_heads: a scaling study takes every shape from scaling.rule; remove it"]
+    data["model"] = {"seq_len": 64, "parametrization": "mup", "base_d_model": 32}
+    assert parse_spec(data).model["parametrization"] == "mup"
