@@ -71,7 +71,7 @@ class ModelConfig:
             each shared by ``n_heads / n_kv_heads`` query heads; ``n_heads`` must be divisible
             by it. ``1`` is multi-query attention (Shazeer 2019); ``None`` means ``n_heads``
             (multi-head attention, the fused QKV projection of shape ``(3d, d)``), resolved on
-            construction as ``d_ff`` is.
+            construction as ``d_ff`` is; `replace` with another ``n_heads`` keeps it so.
         n_layers: Transformer blocks L.
         d_ff: Hidden width of the feed-forward block; ``None`` means ``4 * d_model``. With
             ``activation="swiglu"`` it is the width of each of the two input projections.
@@ -287,8 +287,16 @@ class ModelConfig:
         return cls.from_dict({**preset_dict(name), **overrides})
 
     def replace(self, **changes: Any) -> ModelConfig:
-        """A copy with some fields changed (validated again)."""
-        return self.from_dict({**self.to_dict(), **changes})
+        """A copy with some fields changed (validated again).
+
+        A multi-head config stays multi-head: a new ``n_heads`` without a new ``n_kv_heads``
+        moves ``n_kv_heads`` with it (a grouped-query config keeps its ``n_kv_heads``).
+        """
+        values = self.to_dict()
+        if "n_heads" in changes and "n_kv_heads" not in changes \
+                and self.n_kv_heads == self.n_heads:
+            values["n_kv_heads"] = None
+        return self.from_dict({**values, **changes})
 
 
 #: Field name -> allowed values, for every field annotated with a ``Literal`` (field order).

@@ -45,6 +45,16 @@ def test_default_is_multi_head_with_the_same_parameter_names_and_shapes():
     assert default["blocks.0.attn.c_attn.weight"].shape == (3 * 64, 64)
 
 
+def test_replace_keeps_multi_head_multi_head_and_grouped_query_grouped():
+    mha = ModelConfig(d_model=64, n_heads=4)
+    assert mha.replace(n_heads=2).n_kv_heads == 2 and mha.replace(n_heads=8).n_kv_heads == 8
+    gqa = mha.replace(n_kv_heads=2)
+    assert gqa.replace(n_heads=8).n_kv_heads == 2
+    assert mha.replace(n_heads=8, n_kv_heads=4).n_kv_heads == 4
+    with pytest.raises(ConfigError, match="n_heads=1 is not divisible by n_kv_heads=2"):
+        gqa.replace(n_heads=1)
+
+
 def test_n_kv_heads_must_divide_n_heads():
     with pytest.raises(ConfigError, match="n_heads=6 is not divisible by n_kv_heads=4"):
         ModelConfig(d_model=96, n_heads=6, n_kv_heads=4)
