@@ -1,4 +1,4 @@
-"""Multi-head self-attention with temperature and sparse patterns, on two backends.
+"""Multi-head and grouped-query self-attention with temperature and sparse patterns, two backends.
 
 Backends, with identical outputs (within float rounding):
 
@@ -12,7 +12,14 @@ Backends, with identical outputs (within float rounding):
   (FlexAttention has no CPU backward). FlexAttention applies no dropout to the attention
   weights.
 
-The temperature tau is folded into the softmax scale: scale = 1 / (sqrt(d_head) * tau).
+The temperature tau is folded into the softmax scale: scale = 1 / (sqrt(d_head) * tau), or
+1 / (d_head * tau) under muP and CompleteP (`models.parametrization.attn_scale`).
+
+Grouped-query attention (Ainslie et al. 2023, "GQA"; ``n_kv_heads = 1`` is multi-query
+attention, Shazeer 2019): the fused projection makes H query heads and ``n_kv_heads`` key and
+value heads, Linear(d, d + 2 * n_kv_heads * d_head); each key/value head serves
+H / n_kv_heads consecutive query heads (SDPA's and FlexAttention's ``enable_gqa``). With
+``n_kv_heads = n_heads`` it is the multi-head Linear(d, 3d), and the same module.
 
 What depends only on the config is settled at construction: the path (dense SDPA with
 ``is_causal``, or a sparse mask), the scale and the tables. The RoPE tables (`RotaryEmbedding`)
@@ -23,7 +30,6 @@ model and shared by every layer: nothing is threaded through the blocks' calls, 
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import torch
@@ -31,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.config import ModelConfig
+from models.parametrization import attn_scale
 from models.patterns import AttnLayout
 
 __all__ = [
@@ -159,7 +166,7 @@ class SparseMask(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention with one fused QKV projection.
+    """Multi-head or grouped-query self-attention with one fused QKV projection.
 
     Input and output shape ``(B, T, d_model)``, T <= ``seq_len``.
 
@@ -178,9 +185,14 @@ class SelfAttention(nn.Module):
         mask: SparseMask | None = None,
     ) -> None:
         super().__init__()
+        self.config = config
         self.n_heads = config.n_heads
+        self.n_kv_heads = config.n_kv_heads
         self.d_head = config.d_head
-        self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
+        # queries (d), keys (d_kv), values (d_kv); d_kv = d_model without grouping
+        self._widths = (config.d_model, config.d_kv, config.d_kv)
+        self._gqa = self.n_kv_heads != self.n_heads
+        self.c_attn = nn.Linear(config.d_model, sum(self._widths), bias=config.bias)
         self.c_proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
         if config.pos_encoding == "rope" and rope is None:
             rope = RotaryEmbedding(config.seq_len, config.d_head, config.rope_base)
@@ -199,8 +211,8 @@ class SelfAttention(nn.Module):
         self._warned_cpu_backward = False
 
     def set_temperature(self, tau: float) -> None:
-        """Set tau; the softmax scale becomes 1 / (sqrt(d_head) * tau)."""
-        self.scale = 1.0 / (math.sqrt(self.d_head) * tau)
+        """Set tau; the softmax scale becomes 1 / (sqrt(d_head) * tau) (muP: 1 / (d_head * tau))."""
+        self.scale = attn_scale(self.config, tau)
 
     def resolved_backend(self, device: torch.device) -> str:
         """The backend used for inputs on ``device``: ``sdpa`` or ``flex``."""
@@ -232,24 +244,28 @@ class SelfAttention(nn.Module):
             ``(B, T, d_model)``.
         """
         b, t, d = x.shape
-        # Views of the fused projection, no copies: each (B, T, H, q) -> (B, H, T, q).
-        q, k, v = self.c_attn(x).view(b, t, 3, self.n_heads, self.d_head).unbind(2)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        # Views of the fused projection, no copies: q (B, T, H, q) -> (B, H, T, q); k and v
+        # (B, T, H_kv, q) -> (B, H_kv, T, q).
+        q, k, v = self.c_attn(x).split(self._widths, dim=-1)
+        q = q.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
+        k = k.view(b, t, self.n_kv_heads, self.d_head).transpose(1, 2)
+        v = v.view(b, t, self.n_kv_heads, self.d_head).transpose(1, 2)
+        gqa = {"enable_gqa": True} if self._gqa else {}
         if self.rope is not None:
             q, k = self.rope(q, k)
         dropout_p = self.dropout if self.training else 0.0
         if self.sparse_mask is None:
             y = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout_p, is_causal=self.causal, scale=self.scale
+                q, k, v, dropout_p=dropout_p, is_causal=self.causal, scale=self.scale, **gqa
             )
         elif self._use_flex(x):
             y = _flex_attention()(
-                q, k, v, block_mask=self.sparse_mask.block_mask(t), scale=self.scale
+                q, k, v, block_mask=self.sparse_mask.block_mask(t), scale=self.scale, **gqa
             )
         else:
             y = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=self.sparse_mask.keep(t), dropout_p=dropout_p,
-                scale=self.scale,
+                scale=self.scale, **gqa
             )
         # Fused kernels lay y out as (B, T, H, q): the reshape is then a view, not a copy.
         return self.c_proj(y.transpose(1, 2).reshape(b, t, d))

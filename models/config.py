@@ -28,6 +28,7 @@ __all__ = [
     "CHOICE_FIELDS",
     "NORMS",
     "NORM_POSITIONS",
+    "PARAMETRIZATIONS",
     "POS_ENCODINGS",
     "Activation",
     "AttnBackend",
@@ -36,6 +37,7 @@ __all__ = [
     "ModelConfig",
     "Norm",
     "NormPosition",
+    "Parametrization",
     "PosEncoding",
 ]
 
@@ -45,6 +47,7 @@ Norm = Literal["layernorm", "rmsnorm"]
 NormPosition = Literal["pre", "post"]
 Activation = Literal["relu", "gelu", "swiglu"]
 PosEncoding = Literal["learned", "sinusoidal", "rope", "none"]
+Parametrization = Literal["sp", "mup", "completep"]
 
 ATTN_PATTERNS: tuple[str, ...] = get_args(AttnPattern)
 ATTN_BACKENDS: tuple[str, ...] = get_args(AttnBackend)
@@ -52,6 +55,7 @@ NORMS: tuple[str, ...] = get_args(Norm)
 NORM_POSITIONS: tuple[str, ...] = get_args(NormPosition)
 ACTIVATIONS: tuple[str, ...] = get_args(Activation)
 POS_ENCODINGS: tuple[str, ...] = get_args(PosEncoding)
+PARAMETRIZATIONS: tuple[str, ...] = get_args(Parametrization)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +67,11 @@ class ModelConfig:
         seq_len: Context length T (also the size of a learned position table).
         d_model: Residual-stream width d.
         n_heads: Attention heads H; ``d_model`` must be divisible by it (head dim q = d / H).
+        n_kv_heads: Key/value heads of grouped-query attention (Ainslie et al. 2023, "GQA"),
+            each shared by ``n_heads / n_kv_heads`` query heads; ``n_heads`` must be divisible
+            by it. ``1`` is multi-query attention (Shazeer 2019); ``None`` means ``n_heads``
+            (multi-head attention, the fused QKV projection of shape ``(3d, d)``), resolved on
+            construction as ``d_ff`` is; `replace` with another ``n_heads`` keeps it so.
         n_layers: Transformer blocks L.
         d_ff: Hidden width of the feed-forward block; ``None`` means ``4 * d_model``. With
             ``activation="swiglu"`` it is the width of each of the two input projections.
@@ -89,6 +98,20 @@ class ModelConfig:
         dropout: Dropout probability on embeddings, attention weights and residual branches.
         causal: Causal (decoder) or bidirectional (encoder) attention.
         norm_eps: Epsilon of the norm layers.
+        parametrization: ``sp`` (standard: GPT-2's initialisation and one learning rate),
+            ``mup`` (Yang et al. 2022, "Tensor Programs V": hyperparameters tuned at width
+            ``base_d_model`` transfer across widths) or ``completep`` (Dey et al. 2025,
+            "Don't be lazy: CompleteP": muP plus depth scaling of the residual branches, so
+            they transfer across depths from ``base_n_layers`` too). The multipliers and their
+            sources are in `models.parametrization`; shapes, parameter counts and FLOPs do
+            not depend on it.
+        base_d_model: The width the hyperparameters were tuned at (``mup``, ``completep``,
+            which need it; ignored by ``sp``); width_mult = d_model / base_d_model.
+        base_n_layers: The depth the hyperparameters were tuned at (``completep``, which
+            needs it; ignored otherwise); depth_mult = n_layers / base_n_layers.
+        completep_alpha: alpha in [0.5, 1] of the residual-branch multiplier
+            depth_mult^-alpha (``completep``; 1 is CompleteP proper, 0.5 the depth-muP of
+            Yang et al. 2023 and Bordelon et al. 2023).
 
     Raises:
         ConfigError: On construction, for any value that breaks a rule.
@@ -98,6 +121,7 @@ class ModelConfig:
     seq_len: int = 256
     d_model: int = 128
     n_heads: int = 4
+    n_kv_heads: int | None = None
     n_layers: int = 2
     d_ff: int | None = None
     attn_temperature: float = 1.0
@@ -116,6 +140,10 @@ class ModelConfig:
     dropout: float = 0.0
     causal: bool = True
     norm_eps: float = 1e-5
+    parametrization: Parametrization = "sp"
+    base_d_model: int | None = None
+    base_n_layers: int | None = None
+    completep_alpha: float = 1.0
     _layout: patterns.AttnLayout | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -123,6 +151,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.d_ff is None:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
+        if self.n_kv_heads is None:
+            object.__setattr__(self, "n_kv_heads", self.n_heads)
         self._validate()
         layout = patterns.derive_layout(
             self.attn_pattern,
@@ -141,8 +171,8 @@ class ModelConfig:
         def is_num(v: Any) -> bool:
             return isinstance(v, (int, float)) and not isinstance(v, bool)
 
-        for name in ("vocab_size", "seq_len", "d_model", "n_heads", "n_layers", "d_ff",
-                     "attn_block_size"):
+        for name in ("vocab_size", "seq_len", "d_model", "n_heads", "n_kv_heads", "n_layers",
+                     "d_ff", "attn_block_size"):
             v = getattr(self, name)
             if not is_int(v):
                 raise ConfigError(f"{name}={v!r} must be an integer")
@@ -153,6 +183,11 @@ class ModelConfig:
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
+            )
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError(
+                f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads} "
+                "(each key/value head serves the same number of query heads)"
             )
         if self.pos_encoding == "rope" and (self.d_model // self.n_heads) % 2:
             raise ConfigError(
@@ -177,12 +212,37 @@ class ModelConfig:
             v = getattr(self, name)
             if not isinstance(v, bool):
                 raise ConfigError(f"{name}={v!r} must be true or false")
+        self._validate_parametrization(is_int, is_num)
+
+    def _validate_parametrization(self, is_int, is_num) -> None:
+        for name in ("base_d_model", "base_n_layers"):
+            v = getattr(self, name)
+            if v is not None and (not is_int(v) or v <= 0):
+                raise ConfigError(f"{name}={v!r} must be a positive integer or null")
+        alpha = self.completep_alpha
+        if not is_num(alpha) or not 0.5 <= alpha <= 1.0:
+            raise ConfigError(f"completep_alpha={alpha!r} must be in [0.5, 1]")
+        if self.parametrization in ("mup", "completep") and self.base_d_model is None:
+            raise ConfigError(
+                f"parametrization={self.parametrization!r} needs base_d_model (the width the "
+                "hyperparameters were tuned at)"
+            )
+        if self.parametrization == "completep" and self.base_n_layers is None:
+            raise ConfigError(
+                "parametrization='completep' needs base_n_layers (the depth the "
+                "hyperparameters were tuned at)"
+            )
 
     # ----------------------------------------------------------------- derived quantities
     @property
     def d_head(self) -> int:
         """Head dimension q = d_model / n_heads."""
         return self.d_model // self.n_heads
+
+    @property
+    def d_kv(self) -> int:
+        """Width of the keys (and of the values): n_kv_heads * d_head; ``d_model`` for MHA."""
+        return self.n_kv_heads * self.d_head
 
     @property
     def attn_layout(self) -> patterns.AttnLayout:
@@ -192,7 +252,10 @@ class ModelConfig:
 
     # ------------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
-        """Flat dict of plain values (str, int, float, bool); `from_dict` inverts it."""
+        """Flat dict of plain values (str, int, float, bool; ``None`` for an unset base shape).
+
+        `from_dict` inverts it.
+        """
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
 
     @classmethod
@@ -224,8 +287,16 @@ class ModelConfig:
         return cls.from_dict({**preset_dict(name), **overrides})
 
     def replace(self, **changes: Any) -> ModelConfig:
-        """A copy with some fields changed (validated again)."""
-        return self.from_dict({**self.to_dict(), **changes})
+        """A copy with some fields changed (validated again).
+
+        A multi-head config stays multi-head: a new ``n_heads`` without a new ``n_kv_heads``
+        moves ``n_kv_heads`` with it (a grouped-query config keeps its ``n_kv_heads``).
+        """
+        values = self.to_dict()
+        if "n_heads" in changes and "n_kv_heads" not in changes \
+                and self.n_kv_heads == self.n_heads:
+            values["n_kv_heads"] = None
+        return self.from_dict({**values, **changes})
 
 
 #: Field name -> allowed values, for every field annotated with a ``Literal`` (field order).

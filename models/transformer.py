@@ -6,6 +6,12 @@ connections, a final norm for pre-norm models, and an output projection tied to 
 embedding when ``tie_embeddings``. Initialisation as GPT-2: N(0, 0.02) weights, zero biases, and
 residual output projections scaled by 1/sqrt(2 * n_layers).
 
+Under muP and CompleteP (``config.parametrization``) the standard deviations, the output
+logits' multiplier, the attention scale and the residual branches' multiplier come from
+`models.parametrization`, each with its source; ``param_roles`` tells the optimizer which
+learning-rate rule each parameter follows. Under ``sp`` none of it runs: the model, its
+parameter names and its random draws are GPT-2's.
+
 Every option is resolved when the model is built: the norm class, the activation module, the
 block's norm position (`PreNormBlock` or `PostNormBlock`), the position encoding (an embedding
 module, or a `RotaryEmbedding` shared by the attention layers) and the attention path. The
@@ -24,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models import parametrization
 from models.attention import RotaryEmbedding, SelfAttention, SparseMask
 from models.config import ModelConfig
 
@@ -32,6 +39,7 @@ __all__ = [
     "Block",
     "PostNormBlock",
     "PreNormBlock",
+    "Scale",
     "SinusoidalEmbedding",
     "SwiGLU",
     "Transformer",
@@ -43,6 +51,29 @@ def _norm(config: ModelConfig) -> nn.Module:
     if config.norm == "rmsnorm":
         return nn.RMSNorm(config.d_model, eps=config.norm_eps)
     return nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=config.bias)
+
+
+class Scale(nn.Module):
+    """Multiply by a constant: the multipliers of a parametrization, ``(*) -> (*)``.
+
+    Not a parameter: AdamW's update of the weights before it is the same whatever the
+    constant, which is what muP's multipliers rely on (Yang et al. 2022, Table 3).
+    """
+
+    def __init__(self, mult: float) -> None:
+        super().__init__()
+        self.mult = mult
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.mult
+
+    def extra_repr(self) -> str:
+        return f"mult={self.mult:g}"
+
+
+def _scale(mult: float) -> nn.Module:
+    """`Scale` by ``mult``, or ``nn.Identity`` (no op, the same tensor) for 1."""
+    return nn.Identity() if mult == 1.0 else Scale(mult)
 
 
 class MLP(nn.Module):
@@ -84,7 +115,9 @@ class Block(nn.Module):
     """One transformer block's modules: norms, attention, MLP and residual dropout.
 
     The forward pass is `PreNormBlock`'s (GPT-2) or `PostNormBlock`'s (Vaswani et al. 2017);
-    `Block.build` picks the one of the config. Input and output ``(B, T, d_model)``.
+    `Block.build` picks the one of the config. Input and output ``(B, T, d_model)``. Each
+    residual branch ends in ``branch_scale``: CompleteP's (n_layers / base_n_layers)^-alpha
+    (`models.parametrization.residual_mult`), an identity otherwise.
     """
 
     def __init__(self, config: ModelConfig, attn: SelfAttention) -> None:
@@ -94,6 +127,7 @@ class Block(nn.Module):
         self.ln_2 = _norm(config)
         self.mlp = SwiGLU(config) if config.activation == "swiglu" else MLP(config)
         self.drop = nn.Dropout(config.dropout)
+        self.branch_scale = _scale(parametrization.residual_mult(config))
 
     @staticmethod
     def build(config: ModelConfig, attn: SelfAttention) -> Block:
@@ -106,16 +140,16 @@ class PreNormBlock(Block):
     """``x + attn(ln_1(x))``, then ``x + mlp(ln_2(x))`` (GPT-2)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.ln_1(x)))
-        return x + self.drop(self.mlp(self.ln_2(x)))
+        x = x + self.drop(self.branch_scale(self.attn(self.ln_1(x))))
+        return x + self.drop(self.branch_scale(self.mlp(self.ln_2(x))))
 
 
 class PostNormBlock(Block):
     """``ln_1(x + attn(x))``, then ``ln_2(x + mlp(x))`` (Vaswani et al. 2017, BERT)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.ln_1(x + self.drop(self.attn(x)))
-        return self.ln_2(x + self.drop(self.mlp(x)))
+        x = self.ln_1(x + self.drop(self.branch_scale(self.attn(x))))
+        return self.ln_2(x + self.drop(self.branch_scale(self.mlp(x))))
 
 
 class SinusoidalEmbedding(nn.Module):
@@ -173,22 +207,55 @@ class Transformer(nn.Module):
             for _ in range(config.n_layers)
         )
         self.ln_f = _norm(config) if config.norm_position == "pre" else nn.Identity()
+        # muP's output multiplier 1/width_mult on the readout's input (MuReadout's form)
+        self.readout_scale = _scale(parametrization.output_mult(config))
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.wte.weight
 
-        self.apply(self._init_weights)
-        residual_std = 0.02 / math.sqrt(2 * config.n_layers)
+        # GPT-2's order of draws (every Linear and Embedding, then the residual projections
+        # again), each with its role's standard deviation
+        stds = {id(p): parametrization.init_std(config, role)
+                for _, p, role in self.param_roles()}
+        self.apply(lambda module: self._init_weights(module, stds))
+        residual_std = parametrization.init_std(config, "hidden_out")
         for block in self.blocks:
             nn.init.normal_(block.attn.c_proj.weight, mean=0.0, std=residual_std)
             nn.init.normal_(block.mlp.c_proj.weight, mean=0.0, std=residual_std)
 
     @staticmethod
-    def _init_weights(module: nn.Module) -> None:
+    def _init_weights(module: nn.Module, stds: dict[int, float]) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            nn.init.normal_(module.weight, mean=0.0, std=stds[id(module.weight)])
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
+
+    def param_roles(self) -> list[tuple[str, nn.Parameter, str]]:
+        """Every parameter with its role in `models.parametrization` (``ROLES``).
+
+        Returns:
+            ``(name, parameter, role)`` in ``named_parameters`` order, a tied output projection
+            once, as the token embedding (``wte.weight``, role ``embedding``). Roles: ``wte``
+            and ``wpe`` are ``embedding``, an untied ``lm_head`` is ``readout``, ``ln_f`` is
+            ``final_norm``; in the blocks the ``c_proj`` weights are ``hidden_out``, the other
+            matrices ``hidden`` and the biases and norms ``hidden_vector``.
+        """
+        out = []
+        for name, p in self.named_parameters():
+            if name.startswith(("wte.", "wpe.")):
+                role = "embedding"
+            elif name.startswith("lm_head."):
+                role = "readout"
+            elif name.startswith("ln_f."):
+                role = "final_norm"
+            elif name.endswith("c_proj.weight"):
+                role = "hidden_out"
+            elif p.ndim == 2:
+                role = "hidden"
+            else:
+                role = "hidden_vector"
+            out.append((name, p, role))
+        return out
 
     @property
     def attn_mask(self) -> torch.Tensor | None:
@@ -234,7 +301,7 @@ class Transformer(nn.Module):
         x = self.drop(x)
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        logits = self.lm_head(self.readout_scale(self.ln_f(x)))  # (B, T, V)
         if targets is None:
             return logits
         loss = F.cross_entropy(

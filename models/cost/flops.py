@@ -1,7 +1,7 @@
 """FLOPs per token of `models.transformer`, forward and training.
 
 Notation: V vocab, T sequence length, d = d_model, L layers, H heads, q = d / H, f = d_ff,
-N parameters.
+d_kv = n_kv_heads * q, N parameters.
 
 Two counts, both at 2 FLOPs per multiply-add of each matmul (a (m x k)(k x n) matmul is 2mkn
 FLOPs, as ``torch.utils.flop_counter.FlopCounterMode`` counts mm/addmm/bmm); bias adds, norms,
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from models import patterns
 from models.config import ModelConfig
-from models.cost.params import dense_convention_params, n_mlp_inputs
+from models.cost.params import dense_convention_params, n_mlp_inputs, qkv_width
 from models.errors import ConfigError
 from models.patterns import AttnLayout
 
@@ -77,10 +77,11 @@ def forward_flops_per_token(config: ModelConfig, seq_len: int, kept_pairs: int) 
         FLOPs per token (module docstring: what is counted).
     """
     d, f, v = config.d_model, config.d_ff, config.vocab_size
-    qkv = 2 * d * 3 * d  # fused QKV projection Linear(d, 3d)
+    qkv = 2 * d * qkv_width(config)  # fused QKV projection Linear(d, d + 2 d_kv); MHA: 3d
     attn_out = 2 * d * d  # attention output projection Linear(d, d)
     mlp = 2 * (n_mlp_inputs(config) + 1) * d * f  # Linear(d, f) (SwiGLU: two) + Linear(f, d)
-    # QK^T and AV: 2*q FLOPs each per head and kept pair, 4*d over the H heads; a sequence
+    # QK^T and AV: 2*q FLOPs each per query head and kept pair, 4*d over the H heads (with
+    # grouped-query attention too: every query head still meets every kept key); a sequence
     # has kept_pairs of them over its T tokens (the causal mask keeps T(T+1)/2, not T^2)
     attention = 4 * d * kept_pairs / seq_len
     head = 2 * d * v  # output projection Linear(d, V) to the logits, tied or not

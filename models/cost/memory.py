@@ -10,22 +10,23 @@ that is 16 bytes/param, as ZeRO (Rajbhandari et al. 2020) sec. 3.1 counts mixed 
 (2 + 2 + 12) and fp32 (4 + 4 + 8).
 
 Activations are what the autograd graph of `models.transformer` holds at the end of the forward
-pass, derived op by op rather than from Korthikanti et al. 2022 table 2
-(T*B*d*(34 + 5*H*T/d) bytes per layer at 16 bits), whose layout (dropout everywhere, scores
-stored) differs. Per block and token, in units of d elements: each Linear saves its input (norm
-outputs, the attention output) and the fused QKV output (3d) is held through the q, k, v views
-SDPA saves; the residual stream (block input and the sum after attention) is held by the norms
-(plus 2 fp32 stats per token; RMSNorm decomposes and also saves x*rsqrt); RoPE adds the rotated
-q and k. The MLP saves f (ReLU saves its output only), 2f (GELU: its input and output) or 4f
-(SwiGLU: gate, up, SiLU output and product). Fused attention (SDPA flash/memory-efficient
-kernels, and the CPU flash kernel ``_scaled_dot_product_flash_attention_for_cpu``, which PyTorch
-runs for both ``is_causal`` and a mask) saves its output and the logsumexp (B, H, T) and never
-the scores; with a mask it saves the mask converted to the query's dtype, (T, T) per layer. The
-math path (``attn_backend="math"``, and what CPU dispatches to when attention dropout is on)
-stores the (B, H, T, T) softmax output, and with dropout its mask and the dropped weights.
-Dropout masks are in the input's dtype on CPU (``input * bernoulli``) and 1-byte bools on CUDA.
-Under bf16 autocast (activation bytes 2), norms and the residual stream stay fp32, each Linear
-saves a bf16 copy of its input and of its weight.
+pass, derived op by op rather than from Korthikanti et al. 2022 table 2 (T*B*d*(34 + 5*H*T/d)
+bytes per layer at 16 bits), whose layout (dropout everywhere, scores stored) differs. Per block
+and token, in units of d elements: each Linear saves its input (norm outputs, the attention
+output) and the fused QKV output (3d; d + 2 d_kv with grouped-query attention) is held through
+the q, k, v views SDPA saves; the residual stream (block input and the sum after attention) is
+held by the norms (plus 2 fp32 stats per token; RMSNorm decomposes and also saves x*rsqrt); RoPE
+adds the rotated q and k. The MLP saves f (ReLU saves its output only), 2f (GELU: its input and
+output) or 4f (SwiGLU: gate, up, SiLU output and product). Fused attention (SDPA
+flash/memory-efficient kernels, and the CPU flash kernel
+``_scaled_dot_product_flash_attention_for_cpu``, which PyTorch runs for both ``is_causal`` and a
+mask) saves its output and the logsumexp (B, H, T) and never the scores; with a mask it saves
+the mask converted to the query's dtype, (T, T) per layer. The math path
+(``attn_backend="math"``, and what CPU dispatches to when attention dropout is on) stores the
+(B, H, T, T) softmax output, and with dropout its mask and the dropped weights. Dropout masks
+are in the input's dtype on CPU (``input * bernoulli``) and 1-byte bools on CUDA. Under bf16
+autocast (activation bytes 2), norms and the residual stream stay fp32, each Linear saves a bf16
+copy of its input and of its weight.
 
 The loss: the (B*T, V) logits (held by the caller), the log-softmax cross-entropy saves, and at
 the start of backward the gradient of the log-softmax and of the logits: 16 bytes per logit in
@@ -51,6 +52,7 @@ from models.cost.params import (
     block_bias_params,
     block_matmul_params,
     param_count,
+    qkv_width,
 )
 
 __all__ = [
@@ -149,6 +151,7 @@ def _activation_bytes_per_token(
         extra a block's backward holds at once.
     """
     d, f, h, t = config.d_model, config.d_ff, config.n_heads, seq_len
+    d_kv = config.d_kv  # keys' and values' width: d, or less with grouped-query attention
     # matmul outputs: bf16 under autocast
     matmul_bytes = BF16_BYTES if dtype == "bf16" else FP32_BYTES
     # residual stream, norm inputs and outputs: fp32 also under autocast
@@ -175,18 +178,20 @@ def _activation_bytes_per_token(
         # Saves q*scale, k^T*scale, a contiguous copy of v (so the QKV output and the rotated
         # q, k are freed), the softmax output and, with dropout, its mask and the dropped
         # weights; the (B, H, T, q) output is copied into the projection's (B, T, d) input.
+        # Grouped-query keys and values are first repeated to H heads, so all are d wide.
         attn_bytes = 4 * matmul_bytes * d + h * t * matmul_bytes * (3 if dropout_p > 0 else 1)
         attn_transient_bytes = 2 * matmul_bytes * h * t
     else:
-        # The fused QKV output (3d) is held by the q, k, v views the kernel saves; RoPE's
-        # rotated q and k are new tensors. The kernels lay their output out as (B, T, H, q)
-        # (the layout of q, and the native layout of the CUDA kernels), so the output
-        # projection's (B, T, d) input is the same storage; plus the logsumexp (B, H, T).
-        attn_bytes = 3 * matmul_bytes * d
+        # The fused QKV output (d + 2 d_kv) is held by the q, k, v views the kernel saves
+        # (grouped-query kernels read the H_kv key and value heads without copying them);
+        # RoPE's rotated q and k are new tensors. The kernels lay their output out as
+        # (B, T, H, q) (the layout of q, and the native layout of the CUDA kernels), so the
+        # output projection's (B, T, d) input is the same storage; plus the logsumexp (B, H, T).
+        attn_bytes = matmul_bytes * (d + 2 * d_kv)
         if config.pos_encoding == "rope":
-            attn_bytes += 2 * matmul_bytes * d
+            attn_bytes += matmul_bytes * (d + d_kv)
         attn_bytes += matmul_bytes * d + FP32_BYTES * h
-        attn_transient_bytes = 4 * matmul_bytes * d
+        attn_transient_bytes = matmul_bytes * (2 * d + 2 * d_kv)
     mlp_hidden_tensors = {"relu": 1, "gelu": 2, "swiglu": 4}[config.activation]
     mlp_bytes = mlp_hidden_tensors * matmul_bytes * f
     dropout_bytes = 2 * dropout_mask_bytes(matmul_bytes) * d  # after attention and MLP
@@ -273,7 +278,7 @@ def training_memory(
     loss_bytes = loss_bytes_per_logit * tokens * v
     held_logit_bytes = matmul_bytes * tokens * v
 
-    largest_param = max(v * d, 3 * d * d, d * config.d_ff,
+    largest_param = max(v * d, d * qkv_width(config), d * config.d_ff,
                         config.seq_len * d if config.pos_encoding == "learned" else 0)
     if device == "cpu":
         # single-tensor updates, one parameter at a time: AdamW's sqrt(exp_avg_sq) and its

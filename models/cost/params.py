@@ -1,8 +1,11 @@
 """Parameter counts of `models.transformer`, exact, tied weights counted once.
 
-Notation: V vocab, T sequence length, d = d_model, L layers, f = d_ff.
+Notation: V vocab, T sequence length, d = d_model, L layers, f = d_ff, d_kv = n_kv_heads *
+d_head the width of the keys and of the values (d without grouped-query attention).
 
-Per block: fused QKV Linear(d, 3d), output projection Linear(d, d), MLP Linear(d, f) +
+Per block: fused QKV Linear(d, d + 2 d_kv) (Linear(d, 3d) for multi-head attention; grouped-query
+attention, Ainslie et al. 2023, shares each key/value head among n_heads / n_kv_heads query
+heads), output projection Linear(d, d), MLP Linear(d, f) +
 Linear(f, d) (SwiGLU: two Linear(d, f)), two norms (LayerNorm d weights + d biases, or d without
 bias; RMSNorm d). Around the blocks: token embedding V*d, learned position table T*d, a final
 norm for pre-norm models, the output projection V*d unless tied to the token embedding.
@@ -25,6 +28,7 @@ __all__ = [
     "non_embedding_param_count",
     "norm_params",
     "param_count",
+    "qkv_width",
 ]
 
 
@@ -41,18 +45,23 @@ def n_mlp_inputs(config: ModelConfig) -> int:
     return 2 if config.activation == "swiglu" else 1
 
 
+def qkv_width(config: ModelConfig) -> int:
+    """Output width of the fused QKV projection: d + 2 d_kv (3d for multi-head attention)."""
+    return config.d_model + 2 * config.d_kv
+
+
 def block_matmul_params(config: ModelConfig) -> int:
-    """Weights of one block's Linear layers (no biases): QKV 3d^2, output d^2, MLP."""
+    """Weights of one block's Linear layers (no biases): QKV d(d + 2 d_kv), output d^2, MLP."""
     d, f = config.d_model, config.d_ff
-    return 4 * d * d + (n_mlp_inputs(config) + 1) * d * f
+    return d * qkv_width(config) + d * d + (n_mlp_inputs(config) + 1) * d * f
 
 
 def block_bias_params(config: ModelConfig) -> int:
-    """Biases of one block's Linear layers: QKV 3d, output d, MLP inputs f each and output d."""
+    """Biases of one block's Linear layers: QKV d + 2 d_kv, output d, MLP inputs f each and d."""
     if not config.bias:
         return 0
     d, f = config.d_model, config.d_ff
-    return 3 * d + d + n_mlp_inputs(config) * f + d
+    return qkv_width(config) + d + n_mlp_inputs(config) * f + d
 
 
 def block_params(config: ModelConfig) -> int:
@@ -65,6 +74,8 @@ def param_count(config: ModelConfig) -> int:
 
     Per block 12d^2 + 13d for GPT-2 (d_ff = 4d, biases, LayerNorm); total
     V*d + T*d + L*(12d^2 + 13d) + 2d (nanoGPT ``scaling_laws.ipynb``; HF ``GPT2LMHeadModel``).
+    Grouped-query attention takes 2(d - d_kv)(d + 1) per block off that (with biases).
+    The parametrization (`models.parametrization`) changes no count.
     """
     d, v = config.d_model, config.vocab_size
     n = v * d + config.n_layers * block_params(config)

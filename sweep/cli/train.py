@@ -73,6 +73,22 @@ def _format_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _parametrization_rows(table: Table, config) -> None:
+    """The parametrization and, for muP and CompleteP, its base shape (no cost depends on it)."""
+    from models import parametrization
+
+    name = config.parametrization
+    if name == "completep":
+        name += f", alpha {config.completep_alpha:g}"
+    table.add_row("parametrization (costs as sp)", name)
+    if config.parametrization != "sp":
+        table.add_row("base d_model / width_mult",
+                      f"{config.base_d_model} / {parametrization.width_mult(config):g}")
+    if config.parametrization == "completep":
+        table.add_row("base n_layers / depth_mult",
+                      f"{config.base_n_layers} / {parametrization.depth_mult(config):g}")
+
+
 @app.command("estimate")
 def estimate_cmd(
     preset: str = typer.Option("gpt2", help="Model preset to start from."),
@@ -110,6 +126,11 @@ def estimate_cmd(
     table.add_row("FLOPs/token train (kept pairs)", f"{est.flops_per_token_train:,.0f}")
     table.add_row("FLOPs/token train (dense, 6N + 12LHqT)",
                   f"{est.flops_per_token_dense_train:,.0f}")
+    heads = f"{config.n_heads} / {config.n_kv_heads}"
+    if config.n_kv_heads != config.n_heads:
+        heads += " (multi-query)" if config.n_kv_heads == 1 else " (grouped-query)"
+    table.add_row("heads: query / key-value", heads)
+    _parametrization_rows(table, config)
     attn = est.attn_layout
     size = ", ".join(f"{k}={attn[k]}" for k in ("window", "stride", "block_size",
                                                  "n_window_blocks", "n_global_blocks",

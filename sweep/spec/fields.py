@@ -18,7 +18,8 @@ from sweep.schema import COST_METRICS, METRIC_VAL_LOSS
 from sweep.train.config import LIVE_HPARAMS
 
 __all__ = ["DATA_SCHEMES", "DERIVED_MODEL_KEYS", "FIELD_RULES", "MAX_TOKENS", "OBJECTIVES",
-           "PBT_MUTABLE", "RDB_SCHEMES", "SHAPE_FIELDS", "Rule", "show_number"]
+           "PARAMETRIZATION_FIELDS", "PBT_MUTABLE", "RDB_SCHEMES", "SHAPE_FIELDS", "Rule",
+           "show_number"]
 
 #: Model keys a spec may give that are not `ModelConfig` fields: ``preset`` (a preset's
 #: fields), ``d_head`` (``n_heads = d_model / d_head``), ``d_ff_ratio`` (``d_ff``), with the
@@ -29,11 +30,15 @@ OBJECTIVES = (METRIC_VAL_LOSS, *COST_METRICS)
 #: Fields population-based training may change on a live model (shape-preserving), with their
 #: section: exactly what `sweep.train.Trainer.set_hparams` can change.
 PBT_MUTABLE = LIVE_HPARAMS
-#: Fields that fix parameter-tensor shapes or the data layout; PBT must never mutate them.
-SHAPE_FIELDS = ("vocab_size", "seq_len", "d_model", "n_heads", "n_layers", "d_ff",
+#: Model fields that set the parametrization (`models.parametrization`): what the weights and
+#: the per-group learning rates mean, so PBT, which copies weights between members, keeps them.
+PARAMETRIZATION_FIELDS = ("parametrization", "base_d_model", "base_n_layers", "completep_alpha")
+#: Fields that fix parameter-tensor shapes, the parametrization or the data layout; PBT must
+#: never mutate them.
+SHAPE_FIELDS = ("vocab_size", "seq_len", "d_model", "n_heads", "n_kv_heads", "n_layers", "d_ff",
                 *DERIVED_MODEL_KEYS, "activation", "norm", "bias", "tie_embeddings",
                 "pos_encoding", "attn_pattern", "attn_sparsity", "attn_block_size", "causal",
-                "batch_size")
+                *PARAMETRIZATION_FIELDS, "batch_size")
 #: Corpus URI schemes (`sweep.data`).
 DATA_SCHEMES = SCHEMES
 #: Database schemes an Optuna RDB storage URL may use.
@@ -106,7 +111,9 @@ _FRACTION = Rule(lo=0, hi=1, hi_open=True)
 #: ``attn_seed``) are not listed.
 FIELD_RULES: dict[str, Rule] = {
     **{f"model.{name}": _POSITIVE_INT for name in (
-        "vocab_size", "seq_len", "d_model", "n_heads", "n_layers", "d_ff", "attn_block_size")},
+        "vocab_size", "seq_len", "d_model", "n_heads", "n_kv_heads", "n_layers", "d_ff",
+        "attn_block_size", "base_d_model", "base_n_layers")},
+    "model.completep_alpha": Rule(lo=0.5, hi=1),
     "model.attn_temperature": _POSITIVE,
     "model.rope_base": _POSITIVE,
     "model.norm_eps": _POSITIVE,

@@ -7,8 +7,9 @@ never rests on a field that is itself wrong):
    domain has that field's type, and every fixed value, choice and range bound lies inside the
    field's rule (`sweep.spec.fields.FIELD_RULES`, checked exactly, not by sampling);
 2. every ``when`` names a fixed or choice field that can take the listed values, without cycles;
-3. the search is coherent (sampler, pruner, scheduler, objectives, storage, PBT) and the shape
-   fields can produce a valid model at all.
+3. the search is coherent (sampler, pruner, scheduler, objectives, storage, PBT), the shape
+   fields can produce a valid model at all, every ``n_kv_heads`` value divides some
+   ``n_heads`` of the space, and muP and CompleteP have their base shape.
 
 Each problem is one line starting with the dotted path of the field.
 """
@@ -52,6 +53,8 @@ def problems(spec: StudySpec) -> list[str]:
     if not found:
         found += _check_search(spec)
         found += _check_shapes(spec)
+        found += _check_kv_heads(spec)
+        found += _check_parametrization(spec)
     return found
 
 
@@ -240,8 +243,10 @@ def _check_fields(spec: StudySpec) -> Iterator[str]:
                f"{spec.data.vocab_size}")
 
 
-#: Model fields a scaling study's size rule or ladder sets for every trial.
-SCALING_OWNED_MODEL = ("preset", "d_model", "n_layers", "n_heads", "d_ff", "d_head", "d_ff_ratio")
+#: Model fields a scaling study's size rule or ladder sets for every trial (``n_kv_heads``: the
+#: rule's and ladder's shapes are multi-head, as their head counts need not share a divisor).
+SCALING_OWNED_MODEL = ("preset", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "d_head",
+                       "d_ff_ratio")
 #: Train fields that fix the batch, from which each grid point's step count is laid out.
 SCALING_FIXED_TRAIN = ("batch_size", "grad_accum", "batch_tokens")
 
@@ -415,9 +420,9 @@ def _check_pbt(spec: StudySpec, pbt: PBTSpec) -> list[str]:
         path = f"search.pbt.hyperparam_mutations.{name}"
         bare = name.split(".", 1)[1] if name.startswith(("model.", "train.")) else name
         if bare in SHAPE_FIELDS:
-            problems.append(f"{path}: PBT cannot mutate {bare!r}: it fixes tensor shapes or "
-                            "the data layout of a member, which must stay the same while "
-                            "weights are copied between members; mutable: "
+            problems.append(f"{path}: PBT cannot mutate {bare!r}: it fixes tensor shapes, the "
+                            "parametrization or the data layout of a member, which must stay "
+                            "the same while weights are copied between members; mutable: "
                             f"{', '.join(PBT_MUTABLE)}")
         elif bare not in PBT_MUTABLE or (name != bare and name.split(".")[0]
                                          != PBT_MUTABLE[bare]):
@@ -528,6 +533,65 @@ def _check_shapes(spec: StudySpec) -> list[str]:
                 "model.attn_sparsity: takes values > 0 while model.attn_pattern can be 'dense' "
                 "(which keeps every pair); add when: {attn_pattern: [local, strided, "
                 "block_sparse]}")
+    return problems
+
+
+def _listed(values: tuple[int, int, int] | list[Any]) -> list[Any]:
+    """`_int_values` as a list (a range's first 4096 values)."""
+    if isinstance(values, list):
+        return values
+    lo, step, count = values
+    return list(range(lo, lo + step * min(count, 4096), step))
+
+
+def _check_kv_heads(spec: StudySpec) -> list[str]:
+    """Refuse an n_kv_heads value that divides no n_heads of the space (it never builds).
+
+    A scaling study owns the heads and refuses n_kv_heads (`SCALING_OWNED_MODEL`).
+    """
+    model = spec.model
+    if "n_kv_heads" not in model or spec.scaling is not None:
+        return []
+    defaults = section_defaults(spec, "model")
+    if "d_head" in model:
+        # n_heads = d_model / d_head is divisible by k when d_model is by k * d_head
+        d_model = _int_values(model.get("d_model"), defaults["d_model"])
+        d_heads = [h for h in _listed(_int_values(model["d_head"], None)) if _is_int(h) and h > 0]
+
+        def divides_some(k: int) -> bool:
+            return any(_has_multiple(d_model, k * h, 1) for h in d_heads)
+        where = "n_heads = d_model / d_head of the space"
+    else:
+        heads = [h for h in _listed(_int_values(model.get("n_heads"), defaults["n_heads"]))
+                 if _is_int(h) and h > 0]
+
+        def divides_some(k: int) -> bool:
+            return any(h % k == 0 for h in heads)
+        shown = ", ".join(map(str, heads[:8])) + (", ..." if len(heads) > 8 else "")
+        where = f"value of model.n_heads ({shown})"
+    param = model["n_kv_heads"]
+    label = ("value" if not isinstance(param, (ChoiceDomain, FloatDomain, IntDomain))
+             else "choice" if isinstance(param, ChoiceDomain) else "range value")
+    for k in _listed(_int_values(param, None)):
+        if _is_int(k) and k > 0 and not divides_some(k):
+            return [f"model.n_kv_heads: {label} {k} divides no {where}; n_heads must be "
+                    "divisible by n_kv_heads (each key/value head serves the same number of "
+                    "query heads)"]
+    return []
+
+
+def _check_parametrization(spec: StudySpec) -> list[str]:
+    """Refuse a space that can take muP or CompleteP without their base shape."""
+    model = spec.model
+    defaults = section_defaults(spec, "model")
+    taken = _candidates(model.get("parametrization", defaults["parametrization"]))
+    problems = []
+    for name, needed_by, what in (("base_d_model", ("mup", "completep"), "width"),
+                                  ("base_n_layers", ("completep",), "depth")):
+        needing = [p for p in taken if p in needed_by]
+        if needing and None in _candidates(model.get(name, defaults[name])):
+            problems.append(f"model.{name}: parametrization {needing[0]!r} needs {name}, the "
+                            f"{what} the hyperparameters are tuned at; give it")
     return problems
 
 

@@ -38,7 +38,7 @@ from sweep.schema import (
 from sweep.train import hardware
 from sweep.train.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from sweep.train.config import LIVE_HPARAMS, TrainConfig, resolve_budget
-from sweep.train.optim import build_adamw
+from sweep.train.optim import build_adamw, set_group_hparams
 from sweep.train.reporter import NullReporter, Reporter, TrialResult
 from sweep.train.schedule import lr_factor
 
@@ -97,6 +97,7 @@ class Trainer:
         self._forward = torch.compile(self.model) if train_config.compile else self.model
         self.optimizer = build_adamw(self.model, train_config, self.device)
         self.lr = train_config.lr
+        self.weight_decay = train_config.weight_decay
         self._val = [
             (torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device))
             for x, y in corpus.val_batches(model_config.seq_len, train_config.eval_tokens,
@@ -139,7 +140,9 @@ class Trainer:
         """Change shape-preserving hyperparameters between steps (population-based training).
 
         The names are `sweep.train.config.LIVE_HPARAMS`. ``lr`` is the new peak; the schedule's
-        factor still applies. ``betas`` are AdamW's, set on every parameter group.
+        factor still applies. ``lr`` and ``weight_decay`` are the base values: every parameter
+        group takes them times its own multipliers (`sweep.train.optim.set_group_hparams`;
+        under muP and CompleteP the groups differ). ``betas`` are AdamW's, set on every group.
 
         Raises:
             ConfigError: For a value out of range (the field is named).
@@ -151,7 +154,8 @@ class Trainer:
         if weight_decay is not None:
             if not weight_decay >= 0 or not math.isfinite(weight_decay):
                 raise ConfigError(f"weight_decay={weight_decay!r} must be a finite number >= 0")
-            self.optimizer.param_groups[0]["weight_decay"] = float(weight_decay)
+            self.weight_decay = float(weight_decay)
+            set_group_hparams(self.optimizer, weight_decay=self.weight_decay)
         if betas is not None:
             for group in self.optimizer.param_groups:
                 group["betas"] = tuple(float(b) for b in betas)
@@ -164,7 +168,7 @@ class Trainer:
 
     def hparams(self) -> dict[str, float]:
         """Current values of the mutable hyperparameters."""
-        return {"lr": self.lr, "weight_decay": self.optimizer.param_groups[0]["weight_decay"],
+        return {"lr": self.lr, "weight_decay": self.weight_decay,
                 "dropout": self.model.config.dropout,
                 "attn_temperature": self.model.config.attn_temperature}
 
@@ -203,8 +207,7 @@ class Trainer:
         """One optimizer step; returns False (and marks the trial DIVERGED) if non-finite."""
         accum, clip = self.budget.grad_accum, self.train_config.grad_clip
         lr = self._lr_now(last_step_s)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_group_hparams(self.optimizer, lr=lr)
         loss_sum = torch.zeros((), device=self.device)
         for micro in range(accum):
             t0 = time.perf_counter()
@@ -401,7 +404,12 @@ class Trainer:
             raise CheckpointError(f"checkpoint {str(path)!r} is of another model shape "
                                   f"(differs in {', '.join(diff)})")
         self.model.load_state_dict(ckpt["model"])
+        # The groups' multipliers follow from the model config, which the checkpoint's
+        # matches; keep ours (a checkpoint written before groups had them has none).
+        mults = [(g["lr_mult"], g["wd_mult"]) for g in self.optimizer.param_groups]
         self.optimizer.load_state_dict(ckpt["optimizer"])
+        for group, (lr_mult, wd_mult) in zip(self.optimizer.param_groups, mults, strict=True):
+            group["lr_mult"], group["wd_mult"] = lr_mult, wd_mult
         self.set_hparams(**ckpt["hparams"])
         c = ckpt["counters"]
         self.step, self.tokens_seen = c["step"], c["tokens_seen"]

@@ -37,6 +37,17 @@ from models import config as model_config
         ({"dropout": 1.0}, "dropout=1.0 must be in [0, 1)"),
         ({"causal": "yes"}, "causal='yes' must be true or false"),
         ({"pos_encoding": "rope", "d_model": 60, "n_heads": 4}, "even head dimension"),
+        ({"n_heads": 4, "n_kv_heads": 3}, "n_heads=4 is not divisible by n_kv_heads=3"),
+        ({"n_kv_heads": 0}, "n_kv_heads=0 must be positive"),
+        ({"n_kv_heads": 2.0}, "n_kv_heads=2.0 must be an integer"),
+        ({"parametrization": "ntk"}, "parametrization='ntk' is not one of sp, mup, completep"),
+        ({"parametrization": "mup"}, "parametrization='mup' needs base_d_model"),
+        ({"parametrization": "completep", "base_d_model": 64},
+         "parametrization='completep' needs base_n_layers"),
+        ({"base_d_model": 0}, "base_d_model=0 must be a positive integer or null"),
+        ({"base_n_layers": 1.5}, "base_n_layers=1.5 must be a positive integer or null"),
+        ({"completep_alpha": 0.4}, "completep_alpha=0.4 must be in [0.5, 1]"),
+        ({"completep_alpha": float("nan")}, "completep_alpha=nan must be in [0.5, 1]"),
     ],
 )
 def test_invalid_values_raise_config_error_naming_field(changes, message):
@@ -51,9 +62,16 @@ def test_dict_round_trip_is_unchanged():
         d_ff=256, pos_encoding="rope", norm="rmsnorm", tie_embeddings=False, bias=False,
     )
     flat = cfg.to_dict()
-    assert all(isinstance(v, (int, float, str, bool)) for v in flat.values())
+    assert all(isinstance(v, (int, float, str, bool)) for k, v in flat.items()
+               if k not in ("base_d_model", "base_n_layers"))
+    assert flat["base_d_model"] is None and flat["base_n_layers"] is None  # unset under sp
     assert ModelConfig.from_dict(flat) == cfg
     assert ModelConfig.from_dict(flat).to_dict() == flat
+    mup = cfg.replace(parametrization="completep", base_d_model=48, base_n_layers=1,
+                      completep_alpha=0.5, n_kv_heads=2)
+    flat = mup.to_dict()
+    assert all(isinstance(v, (int, float, str, bool)) for v in flat.values())
+    assert ModelConfig.from_dict(flat) == mup
 
 
 def test_unknown_key_is_rejected():
@@ -89,6 +107,7 @@ DOCUMENTED_CHOICES = {
     "norm_position": ("pre", "post"),
     "activation": ("relu", "gelu", "swiglu"),
     "pos_encoding": ("learned", "sinusoidal", "rope", "none"),
+    "parametrization": ("sp", "mup", "completep"),
 }
 
 
@@ -103,7 +122,8 @@ def test_choice_fields_are_the_literal_annotations_and_the_documented_choices():
                  "attn_backend": model_config.ATTN_BACKENDS, "norm": model_config.NORMS,
                  "norm_position": model_config.NORM_POSITIONS,
                  "activation": model_config.ACTIVATIONS,
-                 "pos_encoding": model_config.POS_ENCODINGS}
+                 "pos_encoding": model_config.POS_ENCODINGS,
+                 "parametrization": model_config.PARAMETRIZATIONS}
     assert constants == DOCUMENTED_CHOICES
 
 
@@ -112,6 +132,8 @@ def test_every_choice_builds_and_a_value_outside_is_refused_naming_the_field(nam
     for value in model_config.CHOICE_FIELDS[name]:
         extra = {"attn_sparsity": 0.3, "attn_block_size": 16} if name == "attn_pattern" \
             and value != "dense" else {}
+        if name == "parametrization":
+            extra = {"base_d_model": 16, "base_n_layers": 1}
         cfg = ModelConfig.from_preset("tiny", **{name: value}, **extra)
         build_model(cfg, device="meta")
     for bad in ("bogus", value.upper(), 1, None):

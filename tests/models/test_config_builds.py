@@ -15,7 +15,7 @@ from models import ConfigError, ModelConfig, build_model
 from models.config import CHOICE_FIELDS
 from models.cost import estimate
 
-N_CONFIGS = 800
+N_CONFIGS = 1000
 
 
 def _draw(rng: random.Random) -> dict:
@@ -42,6 +42,13 @@ def _draw(rng: random.Random) -> dict:
         "bias": rng.random() < 0.5,
         "dropout": rng.choice([0.0, 0.1]),
         "causal": rng.random() < 0.7,
+        # Grouped-query attention, sometimes with a count that does not divide n_heads.
+        "n_kv_heads": rng.choice([None, None, 1, rng.randint(1, 4),
+                                  *[k for k in (1, 2, 3, 4) if n_heads % k == 0]]),
+        # muP and CompleteP need a base shape, now and then missing (invalid, skipped).
+        "base_d_model": None if rng.random() < 0.05 else rng.randint(1, 24),
+        "base_n_layers": None if rng.random() < 0.05 else rng.randint(1, 3),
+        "completep_alpha": rng.choice([1.0, 0.5, rng.uniform(0.5, 1.0)]),
     })
     return values
 
@@ -69,6 +76,9 @@ def test_the_sampler_reaches_the_whole_space():
     assert any(c.n_heads == c.d_model and c.n_heads > 1 for c in CONFIGS)
     assert any(c.attn_sparsity > 0 for c in CONFIGS)
     assert any(c.d_ff == 1 for c in CONFIGS)
+    assert any(1 < c.n_kv_heads < c.n_heads for c in CONFIGS)
+    assert any(c.n_kv_heads == 1 < c.n_heads for c in CONFIGS)
+    assert any(c.parametrization == "completep" and c.completep_alpha < 1 for c in CONFIGS)
 
 
 def test_every_valid_config_builds_and_runs_a_forward_pass():

@@ -69,6 +69,28 @@ def test_table_output():
     assert "124,439,808" in result.output and "stride=" in result.output
 
 
+def test_table_shows_heads_and_parametrization_with_costs_unchanged():
+    sets = ["--set", "n_kv_heads=4", "--set", "parametrization=completep",
+            "--set", "base_d_model=256", "--set", "base_n_layers=6"]
+    result = runner.invoke(app, ["estimate", "--preset", "gpt2", *sets])
+    assert result.exit_code == 0, result.output
+    assert "12 / 4 (grouped-query)" in result.output
+    rows = [" ".join(line.replace("│", " ").split()) for line in result.output.splitlines()]
+    assert "parametrization (costs as sp) completep, alpha 1" in rows
+    assert "base d_model / width_mult 256 / 3" in rows
+    assert "base n_layers / depth_mult 6 / 2" in rows
+    sp = _json("--preset", "gpt2", "--set", "n_kv_heads=4")
+    out = _json("--preset", "gpt2", *sets)
+    assert out["config"]["parametrization"] == "completep" and out["config"]["n_kv_heads"] == 4
+    assert {k: v for k, v in out.items() if k != "config"} == {
+        k: v for k, v in sp.items() if k != "config"}
+    assert sp["n_params"] == 124_439_808 - 12 * 2 * 512 * 769  # K, V: 768 -> 256 wide
+    plain = runner.invoke(app, ["estimate", "--preset", "gpt2", "--set", "n_kv_heads=1"])
+    assert "12 / 1 (multi-query)" in plain.output
+    assert "parametrization (costs as sp) sp" in [
+        " ".join(line.replace("│", " ").split()) for line in plain.output.splitlines()]
+
+
 @pytest.mark.parametrize("args,message", [
     (["--set", "d_model=1000"], "d_model=1000"),
     (["--set", "bogus=1"], "bogus"),
@@ -76,6 +98,8 @@ def test_table_output():
     (["--preset", "gpt5"], "gpt5"),
     (["--seq-len", "4096"], "seq_len=4096"),
     (["--dtype", "fp8"], "dtype"),
+    (["--set", "n_kv_heads=5"], "n_heads=12 is not divisible by n_kv_heads=5"),
+    (["--set", "parametrization=mup"], "parametrization='mup' needs base_d_model"),
 ])
 def test_bad_input_exits_2_naming_the_problem(args, message):
     result = runner.invoke(app, ["estimate", *args])

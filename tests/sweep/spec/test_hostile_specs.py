@@ -44,7 +44,8 @@ def check_refused(path: Path, expected: str) -> None:
     assert len(problems) == 1, problems
     (problem,) = problems
     assert expected in problem, problem
-    assert "\n" not in problem and len(problem) < 400, problem
+    # one line; the longest is an unknown model key's, which lists the model's ~30 fields
+    assert "\n" not in problem and len(problem) < 600, problem
     for mechanism in ("Traceback", "pydantic", "For further information", "errors.pydantic.dev",
                       "<unicode string>", "NoneType", "Field required"):
         assert mechanism not in problem, problem
