@@ -245,35 +245,6 @@ def test_interrupt_stops_cleanly_and_resumes(tmp_path, sig, code, times):
 
 
 # ------------------------------------------------------------ the MLflow server goes away
-def free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A real ``mlflow server`` on 127.0.0.1 that a test can stop and start again."""
-
-    def __init__(self, root):
-        self.root, self.port = root, free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = None
-
-    def start(self):
-        from sweep.results import start_ui
-
-        self.proc = start_ui(f"sqlite:///{self.root / 'mlflow.db'}", port=self.port,
-                             log_path=self.root / "server.log")
-
-    def stop(self):
-        from sweep.results import stop_ui
-
-        stop_ui(self.proc)
-        self.proc = None
-
-
 def server_study(tmp_path, url, fault_wait_s):
     path = write_spec(tmp_path)
     data = yaml.safe_load(path.read_text())
@@ -319,15 +290,6 @@ def check_after_fault(url, tmp_path, n_trials):
     tags = client.get_run(parent).data.tags
     assert tags[TAG_STATE] == TrialState.COMPLETE and TAG_FAIL_REASON not in tags
     return interrupted
-
-
-@pytest.fixture
-def stoppable_server(tmp_path):
-    server = Server(tmp_path)
-    server.start()
-    yield server
-    if server.proc is not None:
-        server.stop()
 
 
 @pytest.mark.server
