@@ -117,6 +117,9 @@ def submit(
     except KeyboardInterrupt:
         common.stopped(f"no longer following job {job_id}; it runs on (sweep logs {job_id} "
                        f"--follow, sweep stop {job_id})", 130)
+    except (RuntimeError, OSError) as exc:  # the stream broke: the head went away, or the net
+        common.stopped(f"lost the log stream of job {job_id} ({exc}); sweep status {job_id} "
+                       "tells how it went", 1)
     details = wait_ended(client, job_id, timeout_s=30)
     code = exit_code(details)
     state = str(details.status.value)
@@ -268,6 +271,8 @@ def logs(
         follow_logs(client, job, _write)
     except KeyboardInterrupt:
         raise typer.Exit(code=130) from None
+    except (RuntimeError, OSError) as exc:
+        common.stopped(f"lost the log stream of job {job} ({exc})", 1)
 
 
 @app.command()
