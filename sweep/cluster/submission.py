@@ -55,6 +55,19 @@ _SERVER_SCHEMES = ("http", "https")
 _PATH_SCHEMES = ("text", "tokens")
 
 
+def _shown(uri: str) -> str:
+    """``uri`` with the password of its userinfo as ``***``, without loading MLflow.
+
+    `sweep.tracking.shown_uri` does the same (and more: query passwords) but imports MLflow,
+    which a refusal here must not wait for.
+    """
+    try:
+        password = urllib.parse.urlsplit(uri).password
+    except ValueError:
+        return uri.split("://", 1)[0] + "://***"
+    return uri.replace(f":{password}@", ":***@", 1) if password is not None else uri
+
+
 def _devices_priced_here(spec: StudySpec) -> bool:
     """Whether pricing the space here matches the cluster: no device named beyond auto, cpu."""
     value = spec.train.get("device", "auto")
@@ -80,10 +93,8 @@ def _check_corpus(spec: StudySpec) -> None:
 def _check_stores(spec: StudySpec) -> None:
     uri = spec.tracking.uri
     if uri is not None and urllib.parse.urlsplit(uri).scheme.lower() not in _SERVER_SCHEMES:
-        from sweep.tracking.uris import shown_uri
-
         raise ClusterError(
-            f"tracking.uri {shown_uri(uri)}: a store on the cluster's disk, which this "
+            f"tracking.uri {_shown(uri)}: a store on the cluster's disk, which this "
             "machine cannot read once the study has run there; set tracking.uri to an MLflow "
             "tracking server the cluster reaches (http://HOST:5000), or leave it out where "
             "the cluster sets MLFLOW_TRACKING_URI to one")
@@ -134,9 +145,7 @@ def results_uri(spec: StudySpec, cluster_uri: str | None) -> tuple[str, str]:
         ClusterError: Neither is set, or the cluster's is not a tracking server.
     """
     if spec.tracking.uri:
-        from sweep.tracking.uris import shown_uri
-
-        return shown_uri(spec.tracking.uri), "tracking.uri"
+        return _shown(spec.tracking.uri), "tracking.uri"
     if not cluster_uri:
         raise ClusterError(
             "tracking.uri is not set and the cluster has no MLFLOW_TRACKING_URI, so the study "
