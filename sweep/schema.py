@@ -44,6 +44,13 @@ __all__ = [
     "COST_METRICS",
     "EVAL_METRICS",
     "FAIL_REASON_ARTIFACT",
+    "JOB_CODE",
+    "JOB_EXPERIMENT",
+    "JOB_OUT",
+    "JOB_SPEC",
+    "JOB_STUDY",
+    "JOB_TRACKING_URI",
+    "KIND_PROBE",
     "KIND_STUDY",
     "LOSS_METRICS",
     "METRIC_BASELINE",
@@ -190,6 +197,20 @@ TAG_BRANCH_NOTE = "sweep.branch_note"
 #: retry continued, and why a checkpoint was not used or not saved.
 TAG_RESUMED_FROM = "sweep.resumed_from"
 TAG_CHECKPOINT_NOTE = "sweep.checkpoint_note"
+
+# ------------------------------------------------------------------------ Ray job metadata
+#: A job `sweep submit` hands to a Ray cluster carries `TAG_KIND` (`KIND_STUDY`, or
+#: `KIND_PROBE` for the short job that asks what the cluster has), `TAG_SPEC_HASH`,
+#: `TAG_EXECUTOR` and these: the study's name, its MLflow store (password masked) and
+#: experiment, the spec file's name, the study folder on the cluster, and whether the code was
+#: the cluster's own (``installed``) or came with the job (``shipped``).
+KIND_PROBE = "probe"
+JOB_STUDY = "sweep.study"
+JOB_TRACKING_URI = "sweep.tracking_uri"
+JOB_EXPERIMENT = "sweep.experiment"
+JOB_SPEC = "sweep.spec"
+JOB_OUT = "sweep.out"
+JOB_CODE = "sweep.code"
 
 # --------------------------------------------------------------------------------- metrics
 METRIC_VAL_LOSS = "val_loss"

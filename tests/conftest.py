@@ -1,3 +1,5 @@
+import socket
+
 import pytest
 import torch
 
@@ -10,21 +12,21 @@ torch.set_num_threads(1)
 MARKERS_OF_FIXTURE = {
     "postgres": {"server"},  # tests/sweep/executors/test_postgres_storage.py: initdb + pg_ctl
     "server": {"server"},  # tests/sweep/tracking/test_tracking_server.py: mlflow server
+    "stoppable_server": {"server"},  # MlflowServer below, one per test
+    "module_mlflow_server": {"server"},  # MlflowServer below, one per test module
+    "ray_jobs_head": {"ray", "slow", "server"},  # tests/sweep/cli/test_submit_cluster.py
     "head_node": {"ray", "slow"},  # tests/sweep/executors/test_ray_cluster.py: ray start --head
     "local_ray": {"ray"},  # tests/sweep/executors/test_ray_executor.py: ray.init
-    "stoppable_server": {"server"},  # below: an mlflow server a test stops and starts again
 }
 
 
 def free_port():
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-class StoppableServer:
+class MlflowServer:
     """A real ``mlflow server`` on 127.0.0.1 that a test can stop and start again."""
 
     def __init__(self, root):
@@ -47,7 +49,17 @@ class StoppableServer:
 
 @pytest.fixture
 def stoppable_server(tmp_path):
-    server = StoppableServer(tmp_path)
+    server = MlflowServer(tmp_path)
+    server.start()
+    yield server
+    if server.proc is not None:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def module_mlflow_server(tmp_path_factory):
+    """One `MlflowServer` for all the tests of a module (its store collects their studies)."""
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
     server.start()
     yield server
     if server.proc is not None:

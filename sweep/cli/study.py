@@ -321,7 +321,7 @@ def run(
             "parent_run_id": summary.parent_run_id, "notes": summary.notes,
         }))
     elif not quiet:
-        _print_top_trials(summary)
+        _print_top_trials(summary, spec.tracking.experiment)
     else:  # the progress lines said these; quiet runs still hear what was left out
         for note in summary.notes:
             common.err_console.print(f"note: {note}", highlight=False, soft_wrap=True,
@@ -334,12 +334,12 @@ def run(
         raise typer.Exit(code=1)
 
 
-def _print_top_trials(summary, top: int = 5) -> None:
-
+def _print_top_trials(summary, experiment: str, top: int = 5) -> None:
+    """The best trials; read by experiment name, since a tracking server holds other studies."""
     from sweep.results import load_results
     from sweep.study.progress import format_params
 
-    frame = load_results(summary.out_dir, tracking_uri=summary.tracking_uri)
+    frame = load_results(experiment, tracking_uri=summary.tracking_uri)
     searched = [c for c in frame.columns if c.startswith(("model.", "train."))
                 and frame[c].astype(str).nunique() > 1]
     table = Table("trial", "state", "best val_loss", METRIC_N_PARAMS, "searched params",

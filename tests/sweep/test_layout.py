@@ -25,7 +25,7 @@ def _schema_names() -> set[str]:
     """
     names = {s.value for s in schema.TrialState}
     for key, value in vars(schema).items():
-        if key.startswith(("TAG_", "ATTR_", "CONFIG_", "METRIC_")) and \
+        if key.startswith(("TAG_", "ATTR_", "CONFIG_", "METRIC_", "JOB_")) and \
                 isinstance(value, str):
             names.add(value)
     names.update(schema.COST_METRICS, schema.RESULT_METRICS, schema.EVAL_METRICS)
