@@ -1,11 +1,11 @@
-"""How fast ``sweep run``, ``sweep validate`` and ``sweep worker`` refuse a bad spec.
+"""How fast ``sweep run``, ``validate``, ``worker`` and ``submit`` refuse a bad spec.
 
 Bad input should be refused in well under a second, before the service loads torch, MLflow or
 Optuna. This benchmark writes a set of bad specs into a temporary folder (type errors, unknown
 keys, bad ranges, bad choices, a missing or malformed corpus, a tracking URI of an unknown
 scheme, a CUDA device on a machine without one, a ``search.storage`` that is a file of the
 user's, YAML that does not parse, a spec file that does not exist) and runs each through the
-three commands as subprocesses (``python -m sweep.cli``, ``--out`` a folder of its own), one
+four commands as subprocesses (``python -m sweep.cli``, ``--out`` a folder of its own), one
 at a time. Per case and command:
 
 - ``cpu_s``: user + system CPU seconds of the subprocess (``resource.getrusage`` of the
@@ -49,7 +49,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_CPU_S = 1.0
-COMMANDS = ("run", "validate", "worker")
+COMMANDS = ("run", "validate", "worker", "submit")
+#: ``sweep submit``'s cluster: nothing listens there, and a bad spec is refused before it.
+DEAD_ADDRESS = "http://127.0.0.1:9"
 
 GOOD = """\
 name: NAME
@@ -164,7 +166,9 @@ def main() -> None:
             for command in COMMANDS:
                 out = work / "out" / f"{case}-{command}"
                 argv = [sys.executable, "-m", "sweep.cli", command, str(path)]
-                if command != "validate":
+                if command == "submit":
+                    argv += ["--address", DEAD_ADDRESS]
+                elif command != "validate":
                     argv += ["--out", str(out)]
                 runs = [measure(argv, work) for _ in range(args.repeats)]
                 left = out.exists() or (work / "runs").exists()

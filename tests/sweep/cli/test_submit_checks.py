@@ -91,7 +91,6 @@ def test_bad_input_is_refused_before_ray_or_a_request(tmp_path, case):
     assert message.startswith("error: ") and words in message, message
     assert "Traceback" not in proc.stderr and message.count("error:") == 1
     assert result["loaded"] == [], result  # no Ray, no HTTP client: nothing was sent
-    assert result["seconds"] < 1.0, result
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "spec.yaml"]
 
 
