@@ -1,26 +1,27 @@
-"""Bottom-k sketches and Broder's resemblance against exact Jaccard similarity of shingle sets."""
+"""Sampled 8-byte shingles, datasketch MinHash estimates against exact Jaccard, LSH grouping."""
 
+import logging
 import random
 
 import pytest
 
 from sweep.data.near_duplicates import (
+    SAMPLE_MOD,
     SHINGLE_BYTES,
-    SKETCH_SIZE,
     find_near_duplicates,
     normalise,
     resemblance,
+    shingles,
     sketch,
 )
 
 
-def shingles(text: bytes) -> set[bytes]:
+def windows(text: bytes) -> set[bytes]:
     t = normalise(text)
     return {t[i : i + SHINGLE_BYTES] for i in range(len(t) - SHINGLE_BYTES + 1)}
 
 
-def jaccard(a: bytes, b: bytes) -> float:
-    x, y = shingles(a), shingles(b)
+def jaccard(x: set, y: set) -> float:
     return len(x & y) / len(x | y)
 
 
@@ -38,21 +39,33 @@ def test_normalise_lowercases_and_collapses_whitespace():
     assert normalise(b"  Hello\tWORLD\n\n again ") == b"hello world again"
 
 
-def test_resemblance_is_exact_when_documents_have_at_most_k_shingles():
-    a = letters(1, 80)
-    b = a[:50] + letters(2, 30)
-    assert len(shingles(a) | shingles(b)) <= SKETCH_SIZE
-    assert resemblance(sketch(a), sketch(b)) == pytest.approx(jaccard(a, b), abs=1e-12)
-    assert resemblance(sketch(a), sketch(a.upper())) == 1.0
+def test_shingles_are_a_content_defined_sample_of_the_windows():
+    text = letters(1, 20_000)
+    picked = set(shingles(text))
+    assert picked <= windows(text)
+    assert 0.2 < len(picked) / len(windows(text)) < 0.3  # one in SAMPLE_MOD = 4
+    assert SAMPLE_MOD == 4
+    # Chosen by content, not offset: text shifted by an inserted prefix keeps its shingles.
+    assert picked <= set(shingles(b"a few more bytes first " + text))
+    assert shingles(b"Short") == [b"short"] and shingles(b" \n ") == []
+    assert len(shingles(b"just nine")) == 1  # a window is picked even when none hashes to 0
+
+
+def test_resemblance_is_one_for_copies_after_normalising():
+    a = letters(2, 3000)
+    assert resemblance(sketch(a), sketch(a.upper().replace(b" ", b"\n "))) == 1.0
+    assert resemblance(sketch(b""), sketch(b"")) == 1.0
 
 
 @pytest.mark.parametrize("rate", [0.005, 0.02, 0.05])
 def test_resemblance_estimates_jaccard_of_long_documents(rate):
     a = letters(3, 20_000)
     b = mutate(a, 4, rate)
-    exact = jaccard(a, b)
-    # Standard error sqrt(r (1 - r) / k) <= 0.045 for k = 128; 0.15 is over three of them.
-    assert abs(resemblance(sketch(a), sketch(b)) - exact) < 0.15
+    sampled = jaccard(set(shingles(a)), set(shingles(b)))
+    # Standard error sqrt(r (1 - r) / 128) <= 0.045; 0.15 is over three of them.
+    assert abs(resemblance(sketch(a), sketch(b)) - sampled) < 0.15
+    # MOD_m sampling: the kept windows' resemblance stands for all windows' (about 5000 kept).
+    assert abs(sampled - jaccard(windows(a), windows(b))) < 0.05
 
 
 def test_near_duplicates_are_grouped_transitively_and_others_left_alone():
@@ -67,7 +80,53 @@ def test_near_duplicates_are_grouped_transitively_and_others_left_alone():
     ]
     found = find_near_duplicates(docs)
     assert [0, 4] in found.copies
-    assert {(i, j) for i, j, _ in found.pairs} == {(0, 1), (0, 3), (1, 3)}
+    # 3 is grouped with 0 or 1 first; the other candidate is then in its group, not estimated.
+    pairs = {(i, j) for i, j, _ in found.pairs}
+    assert (0, 1) in pairs and len(pairs) == 2 and pairs < {(0, 1), (0, 3), (1, 3)}
     assert all(r >= 0.5 for *_, r in found.pairs)
     assert found.groups() == [[0, 1, 3, 4], [2], [5]]
-    assert jaccard(docs[0], docs[2]) < 0.1  # the unrelated ones really are
+    assert jaccard(windows(docs[0]), windows(docs[2])) < 0.1  # the unrelated ones really are
+
+
+def test_files_from_one_template_are_grouped_and_their_pairs_not_all_estimated():
+    # Generated sources: one template with a different name substituted throughout, so every
+    # other line differs in a word (and the word 5-grams holding it).
+    template = b"".join(
+        b"def NAME_%d(x, coefficients, tensor=None):\n"
+        b"    return _apply_series(x, coefficients, tensor, order=%d, scale=1.0)\n" % (i, i)
+        for i in range(60))
+    names = [b"hermite", b"legendre", b"laguerre", b"chebyshev", b"polynomial", b"hermite_e"]
+    docs = [template.replace(b"NAME", n) for n in names] + [letters(10, 6000)]
+    assert 0.5 < jaccard(windows(docs[0]), windows(docs[1])) < 0.8
+    found = find_near_duplicates(docs)
+    assert found.groups() == [[0, 1, 2, 3, 4, 5], [6]]
+    assert len(found.pairs) == 5  # a spanning tree of the group: 5 of its 15 pairs
+
+
+def test_pairs_near_the_threshold_are_found():
+    # 40 pairs at resemblance about 0.65: banded LSH proposes each with probability ~0.995.
+    docs = []
+    for seed in range(40):
+        a = letters(100 + seed, 4000)
+        docs += [a, mutate(a, 200 + seed, 0.03)]
+    sampled = [jaccard(set(shingles(docs[2 * k])), set(shingles(docs[2 * k + 1])))
+               for k in range(40)]
+    assert 0.55 < min(sampled) and max(sampled) < 0.75
+    groups = find_near_duplicates(docs).groups()
+    assert sum(g in groups for g in ([2 * k, 2 * k + 1] for k in range(40))) >= 38
+    assert all(len(g) <= 2 for g in groups)
+
+
+def test_above_the_size_cap_only_identical_documents_are_grouped(caplog):
+    base = letters(11, 5000)
+    docs = [base, mutate(base, 12, 0.01), base.upper()]
+    assert find_near_duplicates(docs).groups() == [[0, 1, 2]]
+    with caplog.at_level(logging.WARNING, logger="sweep.data.near_duplicates"):
+        capped = find_near_duplicates(docs, max_bytes=14_999)
+    assert capped.pairs == [] and capped.groups() == [[0, 2], [1]]
+    assert "near-duplicate search skipped: 3 documents of 0.0 MB exceed" in caplog.text
+
+
+def test_threshold_outside_0_1_is_refused():
+    with pytest.raises(ValueError, match="threshold must be in"):
+        find_near_duplicates([b"a"], threshold=0.0)

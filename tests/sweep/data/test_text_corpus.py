@@ -7,7 +7,14 @@ import random
 import numpy as np
 import pytest
 
-from sweep.data import VAL_FRACTION, DataError, check_corpus, inspect_corpus, load_corpus
+from sweep.data import (
+    VAL_FRACTION,
+    DataError,
+    check_corpus,
+    inspect_corpus,
+    load_corpus,
+    near_duplicates,
+)
 from sweep.data.text import TextQuery, read_documents, split_documents
 
 WORDS = [f"w{i}" for i in range(3000)]
@@ -130,6 +137,20 @@ def test_two_editions_of_one_document_land_on_the_same_side(tmp_path):
     assert first.encode() in train and second.encode() in train
     assert second.encode() not in as_bytes(corpus.val)
     assert "2 near-duplicate documents in 1 groups" in corpus.describe()[1]
+
+
+def test_above_the_size_cap_near_duplicates_are_not_grouped(tmp_path, monkeypatch, caplog):
+    root, _, _ = _plays(tmp_path)
+    docs = read_documents(root, TextQuery())
+    monkeypatch.setattr(near_duplicates, "MAX_GROUPED_BYTES", docs.n_bytes - 1)
+    with caplog.at_level(logging.WARNING, logger="sweep.data.near_duplicates"):
+        split = split_documents(docs, VAL_FRACTION)
+    assert "near-duplicate search skipped: 22 documents" in caplog.text
+    sides = {docs.names[i]: "val" for i in split.val} | {docs.names[i]: "train"
+                                                          for i in split.train}
+    # Each edition goes where its own path sends it, as for any lone document.
+    assert (sides["edition-d/hamlet.txt"], sides["edition-e/hamlet.txt"]) == ("train", "val")
+    assert (split.n_groups, split.n_grouped) == (0, 0)
 
 
 def test_an_explicit_val_glob_that_splits_near_duplicates_warns(tmp_path, caplog):
