@@ -1,6 +1,8 @@
 """The ``sweep`` Typer app and what every command shares.
 
-Consoles, the exit-2 message for bad input, ``--set`` parsing.
+Consoles, the exit-2 message for bad input, ``--set`` parsing: one syntax for every command
+that takes config fields (``sweep estimate``, ``sweep train``), ``FIELD=VALUE`` or
+``SECTION.FIELD=VALUE`` (``d_model=96`` and ``model.d_model=96`` are the same flag).
 """
 
 from __future__ import annotations
@@ -68,6 +70,59 @@ def parse_sets(pairs: list[str] | None) -> dict[str, object]:
             except ValueError:
                 pass
         out[key.strip()] = value
+    return out
+
+
+#: The accepted forms of ``--set``, named in every message that refuses one.
+SET_FORMS = "FIELD=VALUE or SECTION.FIELD=VALUE (d_model=96, model.d_model=96, train.lr=3e-4)"
+
+
+def split_sets(sets: dict[str, object], sections: tuple[str, ...] = ("model", "train"),
+               ) -> dict[str, dict[str, object]]:
+    """Sort parsed ``--set`` flags into config sections by field name.
+
+    A key is ``FIELD`` (the section whose config has that field; no field name is shared by
+    `models.ModelConfig` and `sweep.train.TrainConfig`) or ``SECTION.FIELD``.
+
+    Args:
+        sets: `parse_sets`'s result.
+        sections: The sections this command takes, of ``model`` and ``train``.
+
+    Returns:
+        ``{section: {field: value}}`` with every section of ``sections`` present.
+
+    Raises:
+        typer.Exit: With status 2 for a key of another section or an unknown field, the
+            message naming the flag, the closest field names and `SET_FORMS`.
+    """
+    import difflib
+
+    from models.config import ModelConfig
+    from sweep.train.config import TrainConfig
+
+    fields = {"model": ModelConfig.field_names(), "train": TrainConfig.field_names()}
+    out: dict[str, dict[str, object]] = {section: {} for section in sections}
+    for key, value in sets.items():
+        head, dot, name = key.partition(".")
+        if dot:
+            if head not in fields:
+                bad_input(f"--set {key}: {head!r} is not a section (model or train); "
+                          f"accepted forms: {SET_FORMS}")
+            if head not in sections:
+                bad_input(f"--set {key}: this command takes {' and '.join(sections)} fields "
+                          f"only; accepted forms: {SET_FORMS}")
+            found = head if name in fields[head] else None
+        else:
+            name = key
+            found = next((s for s in sections if name in fields[s]), None)
+        if found is None:
+            known = [f for s in ((head,) if dot else sections) for f in fields[s]]
+            close = difflib.get_close_matches(name, known, n=3)
+            where = f"a {head} field" if dot else f"a {' or '.join(sections)} field"
+            bad_input(f"--set {key}: {name!r} is not {where}"
+                      + (f" (did you mean {', '.join(close)}?)" if close else "")
+                      + f"; accepted forms: {SET_FORMS}")
+        out[found][name] = value
     return out
 
 

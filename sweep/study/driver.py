@@ -262,6 +262,7 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
         say = _printer(console)
         study, stopped = None, None
         names = list(spec.search.objectives) if len(spec.search.objectives) > 1 else None
+        data_section = spec.data.model_dump(mode="json", exclude_none=True)
         # One signal stops the study; more, while it records the stop, are ignored.
         with interrupt_signals() as received:
             try:
@@ -294,7 +295,7 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
                 _reconcile_after_stop(executor, ctx)
                 try:
                     result = finish_study(tracker, study, objective_names=names,
-                                          interrupted=str(stopped))
+                                          interrupted=str(stopped), data=data_section)
                     counts = {k: v for k, v in result["counts"].items() if v}
                 except Exception:  # noqa: BLE001 (the store failed: the resume records it)
                     tracker.finished = True
@@ -307,7 +308,7 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
                                 f"{counts or 'none'}{waiting}; run the same command again to "
                                 f"resume (output folder {out})",)
                 raise stopped
-        result = finish_study(tracker, study, objective_names=names)
+        result = finish_study(tracker, study, objective_names=names, data=data_section)
     return StudySummary(
         name=spec.name, out_dir=out, tracking_uri=uri, parent_run_id=tracker.parent_run_id,
         state=result["state"], counts=result["counts"], best_val_loss=result[METRIC_BEST_VAL_LOSS],
