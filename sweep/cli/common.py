@@ -7,20 +7,64 @@ that takes config fields (``sweep estimate``, ``sweep train``), ``FIELD=VALUE`` 
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 import yaml
 from rich.console import Console
+from typer.core import TyperCommand
 
-app = typer.Typer(
+
+class _Command(TyperCommand):
+    """A command whose help writes flags and arguments as the README does.
+
+    Typer 0.2x's rich help gives every option a type column, flags too (``--quiet <bool>``),
+    and wraps a required argument in braces on the usage line (``{SPEC}``). Here a flag shows
+    no type, and an argument shows its metavar as declared (``SPEC``, ``[STUDY_OR_DIR]``).
+    """
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:  # Typer's own (vendored) click classes: told apart by kind
+            if param.param_type_name == "option" and getattr(param, "is_flag", False):
+                param.display_type_rich = _no_type
+            elif param.param_type_name == "argument":
+                param.get_usage_pieces = functools.partial(_usage, param)
+        return params
+
+
+def _no_type(ctx: Any) -> None:
+    return None
+
+
+def _usage(param: Any, ctx: Any) -> list[str]:
+    if param.metavar is not None:
+        return [param.metavar]
+    name = (param.name or "").upper()
+    return [name if param.required else f"[{name}]"]
+
+
+class _Typer(typer.Typer):
+    """`typer.Typer` whose commands are `_Command`s unless told otherwise."""
+
+    def command(self, *args, cls: type[TyperCommand] | None = None, **kwargs):
+        return super().command(*args, cls=cls or _Command, **kwargs)
+
+
+app = _Typer(
     name="sweep",
     help="Hyperparameter search and scaling studies for transformer models.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def command_group(**kwargs) -> typer.Typer:
+    """A sub-command group (``sweep analyze ...``) whose commands' help is written as `app`'s."""
+    return _Typer(**kwargs)
 
 
 console = Console()
