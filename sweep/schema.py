@@ -14,7 +14,12 @@ MLflow layout (see ``docs/architecture.md``):
   train config under dotted keys (`flatten_params`, values encoded with `encode_param`),
   `COST_METRICS` at step 0, evaluation metrics with step = tokens seen, `RESULT_METRICS` and
   `METRIC_BEST_VAL_LOSS` at the end; tags `TAG_STATE`, `TAG_FAIL_REASON`, `TAG_TRIAL_NUMBER`;
-  population-based training's changes as metrics and tags ``pbt.<key>`` (`mutation_key`).
+  population-based training's changes as metrics and tags ``pbt.<key>`` (`mutation_key`);
+- ``sweep train``: one run, `TAG_KIND` = `KIND_TRAIN`, with a trial's params, metrics and
+  tags; in the study's experiment (not nested under its parent, so it is no trial of the
+  study) named `retrain_run_name` and tagged `TAG_RETRAIN_OF` / `TAG_RETRAIN_OF_RUN` when it
+  retrains a trial, else named `TRAIN_RUN_NAME` in experiment `TRAIN_EXPERIMENT`; tag
+  `TAG_SAVED_TO` and artifact `SAVED_CONFIG_ARTIFACT` when the weights were saved.
 
 Executor bookkeeping (Optuna user attributes, Ray Tune report and config keys) uses the
 ``ATTR_*`` and ``CONFIG_*`` names, the same for both executors.
@@ -52,6 +57,7 @@ __all__ = [
     "JOB_TRACKING_URI",
     "KIND_PROBE",
     "KIND_STUDY",
+    "KIND_TRAIN",
     "LOSS_METRICS",
     "METRIC_BASELINE",
     "METRIC_BEST_VAL_LOSS",
@@ -77,6 +83,7 @@ __all__ = [
     "METRIC_VAL_LOSS",
     "METRIC_WALL_S",
     "RESULT_METRICS",
+    "SAVED_CONFIG_ARTIFACT",
     "SCALING_GRID_ARTIFACT",
     "SPEC_ARTIFACT",
     "TAG_ALGORITHM",
@@ -91,11 +98,16 @@ __all__ = [
     "TAG_KIND",
     "TAG_OWNER",
     "TAG_RESUMED_FROM",
+    "TAG_RETRAIN_OF",
+    "TAG_RETRAIN_OF_RUN",
     "TAG_RETRY_OF",
+    "TAG_SAVED_TO",
     "TAG_SPEC_HASH",
     "TAG_STATE",
     "TAG_TRIAL_NUMBER",
     "TAG_TRUNCATED",
+    "TRAIN_EXPERIMENT",
+    "TRAIN_RUN_NAME",
     "TRIALS_ARTIFACT",
     "TrialState",
     "cost_metrics",
@@ -104,6 +116,7 @@ __all__ = [
     "encode_param",
     "flatten_params",
     "mutation_key",
+    "retrain_run_name",
     "run_name",
     "unflatten_params",
 ]
@@ -197,6 +210,15 @@ TAG_BRANCH_NOTE = "sweep.branch_note"
 #: retry continued, and why a checkpoint was not used or not saved.
 TAG_RESUMED_FROM = "sweep.resumed_from"
 TAG_CHECKPOINT_NOTE = "sweep.checkpoint_note"
+#: ``sweep train``: its runs' kind; the trial number and run id a retrain trains again; the
+#: folder its weights were saved to (``--save``).
+KIND_TRAIN = "train"
+TAG_RETRAIN_OF = "sweep.retrain_of"
+TAG_RETRAIN_OF_RUN = "sweep.retrain_of_run"
+TAG_SAVED_TO = "sweep.saved_to"
+#: The experiment and run name of a ``sweep train`` that retrains no study's trial.
+TRAIN_EXPERIMENT = "sweep-train"
+TRAIN_RUN_NAME = "train"
 
 # ------------------------------------------------------------------------ Ray job metadata
 #: A job `sweep submit` hands to a Ray cluster carries `TAG_KIND` (`KIND_STUDY`, or
@@ -262,6 +284,8 @@ SPEC_ARTIFACT = "spec.yaml"
 TRIALS_ARTIFACT = "trials.csv"
 BEST_CONFIG_ARTIFACT = "best_config.yaml"
 FAIL_REASON_ARTIFACT = "fail_reason.txt"
+#: ``sweep train --save``: the saved folder's ``config.json`` (`sweep.train.saved`), logged.
+SAVED_CONFIG_ARTIFACT = "model/config.json"
 #: A scaling study's IsoFLOP grid as laid out (budget, centre, shapes, drops), on its parent run.
 SCALING_GRID_ARTIFACT = "scaling_grid.csv"
 
@@ -284,6 +308,11 @@ CONFIG_RETRY_OF = "sweep.retry_of"
 def run_name(number: int) -> str:
     """The MLflow run name of trial ``number``: ``trial-<number>``."""
     return f"trial-{number}"
+
+
+def retrain_run_name(number: int) -> str:
+    """The MLflow run name of ``sweep train`` retraining trial ``number``: ``retrain-trial-<n>``."""
+    return f"retrain-{run_name(number)}"
 
 
 def count_metric(state: TrialState | str) -> str:

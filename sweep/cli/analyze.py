@@ -21,7 +21,7 @@ from sweep.schema import METRIC_N_PARAMS, METRIC_N_TOKENS
 
 _PIPE_WIDTH = 160  # characters a line when printing to a file or pipe
 
-analyze_app = typer.Typer(help="Analyses of a study's trials.", no_args_is_help=True)
+analyze_app = common.command_group(help="Analyses of a study's trials.", no_args_is_help=True)
 app.add_typer(analyze_app, name="analyze")
 
 

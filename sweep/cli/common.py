@@ -1,24 +1,70 @@
 """The ``sweep`` Typer app and what every command shares.
 
-Consoles, the exit-2 message for bad input, ``--set`` parsing.
+Consoles, the exit-2 message for bad input, ``--set`` parsing: one syntax for every command
+that takes config fields (``sweep estimate``, ``sweep train``), ``FIELD=VALUE`` or
+``SECTION.FIELD=VALUE`` (``d_model=96`` and ``model.d_model=96`` are the same flag).
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 import yaml
 from rich.console import Console
+from typer.core import TyperCommand
 
-app = typer.Typer(
+
+class _Command(TyperCommand):
+    """A command whose help writes flags and arguments as the README does.
+
+    Typer 0.2x's rich help gives every option a type column, flags too (``--quiet <bool>``),
+    and wraps a required argument in braces on the usage line (``{SPEC}``). Here a flag shows
+    no type, and an argument shows its metavar as declared (``SPEC``, ``[STUDY_OR_DIR]``).
+    """
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:  # Typer's own (vendored) click classes: told apart by kind
+            if param.param_type_name == "option" and getattr(param, "is_flag", False):
+                param.display_type_rich = _no_type
+            elif param.param_type_name == "argument":
+                param.get_usage_pieces = functools.partial(_usage, param)
+        return params
+
+
+def _no_type(ctx: Any) -> None:
+    return None
+
+
+def _usage(param: Any, ctx: Any) -> list[str]:
+    if param.metavar is not None:
+        return [param.metavar]
+    name = (param.name or "").upper()
+    return [name if param.required else f"[{name}]"]
+
+
+class _Typer(typer.Typer):
+    """`typer.Typer` whose commands are `_Command`s unless told otherwise."""
+
+    def command(self, *args, cls: type[TyperCommand] | None = None, **kwargs):
+        return super().command(*args, cls=cls or _Command, **kwargs)
+
+
+app = _Typer(
     name="sweep",
     help="Hyperparameter search and scaling studies for transformer models.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def command_group(**kwargs) -> typer.Typer:
+    """A sub-command group (``sweep analyze ...``) whose commands' help is written as `app`'s."""
+    return _Typer(**kwargs)
 
 
 console = Console()
@@ -68,6 +114,59 @@ def parse_sets(pairs: list[str] | None) -> dict[str, object]:
             except ValueError:
                 pass
         out[key.strip()] = value
+    return out
+
+
+#: The accepted forms of ``--set``, named in every message that refuses one.
+SET_FORMS = "FIELD=VALUE or SECTION.FIELD=VALUE (d_model=96, model.d_model=96, train.lr=3e-4)"
+
+
+def split_sets(sets: dict[str, object], sections: tuple[str, ...] = ("model", "train"),
+               ) -> dict[str, dict[str, object]]:
+    """Sort parsed ``--set`` flags into config sections by field name.
+
+    A key is ``FIELD`` (the section whose config has that field; no field name is shared by
+    `models.ModelConfig` and `sweep.train.TrainConfig`) or ``SECTION.FIELD``.
+
+    Args:
+        sets: `parse_sets`'s result.
+        sections: The sections this command takes, of ``model`` and ``train``.
+
+    Returns:
+        ``{section: {field: value}}`` with every section of ``sections`` present.
+
+    Raises:
+        typer.Exit: With status 2 for a key of another section or an unknown field, the
+            message naming the flag, the closest field names and `SET_FORMS`.
+    """
+    import difflib
+
+    from models.config import ModelConfig
+    from sweep.train.config import TrainConfig
+
+    fields = {"model": ModelConfig.field_names(), "train": TrainConfig.field_names()}
+    out: dict[str, dict[str, object]] = {section: {} for section in sections}
+    for key, value in sets.items():
+        head, dot, name = key.partition(".")
+        if dot:
+            if head not in fields:
+                bad_input(f"--set {key}: {head!r} is not a section (model or train); "
+                          f"accepted forms: {SET_FORMS}")
+            if head not in sections:
+                bad_input(f"--set {key}: this command takes {' and '.join(sections)} fields "
+                          f"only; accepted forms: {SET_FORMS}")
+            found = head if name in fields[head] else None
+        else:
+            name = key
+            found = next((s for s in sections if name in fields[s]), None)
+        if found is None:
+            known = [f for s in ((head,) if dot else sections) for f in fields[s]]
+            close = difflib.get_close_matches(name, known, n=3)
+            where = f"a {head} field" if dot else f"a {' or '.join(sections)} field"
+            bad_input(f"--set {key}: {name!r} is not {where}"
+                      + (f" (did you mean {', '.join(close)}?)" if close else "")
+                      + f"; accepted forms: {SET_FORMS}")
+        out[found][name] = value
     return out
 
 

@@ -270,6 +270,10 @@ def run(
                                 "executor; default: RAY_ADDRESS, else a local Ray)."),
     device: str = typer.Option(None, help="Training device (default: CUDA when present)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
+    progress_every: float = typer.Option(30.0, "--progress-every", metavar="SECONDS", min=0,
+                                         help="Without a terminal (a log): a progress line "
+                                              "every SECONDS (running trials, tokens, losses);"
+                                              " 0 for none."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON line."),
     allow_cpu: bool = typer.Option(False, "--allow-cpu", help="Ray executor on a local Ray: "
                                    "where this machine has no GPU, run trials that ask for "
@@ -302,7 +306,8 @@ def run(
 
     try:
         summary = run_study(spec, out_dir=out, quiet=quiet or as_json, ray_address=address,
-                            device=device, console=common.console)
+                            device=device, console=common.console,
+                            progress_every_s=progress_every)
     except DataError as exc:
         bad_input(f"data.uri: {exc}")
     except (ResumeError, PreflightError) as exc:
@@ -321,7 +326,8 @@ def run(
             "parent_run_id": summary.parent_run_id, "notes": summary.notes,
         }))
     elif not quiet:
-        _print_top_trials(summary, spec.tracking.experiment)
+        _print_top_trials(summary, spec.tracking.experiment,
+                          spec_scheduler=spec.search.scheduler)
     else:  # the progress lines said these; quiet runs still hear what was left out
         for note in summary.notes:
             common.err_console.print(f"note: {note}", highlight=False, soft_wrap=True,
@@ -334,8 +340,27 @@ def run(
         raise typer.Exit(code=1)
 
 
-def _print_top_trials(summary, experiment: str, top: int = 5) -> None:
-    """The best trials; read by experiment name, since a tracking server holds other studies."""
+def _pbt_final_values(tracking_uri: str, rows) -> dict[str, dict]:
+    """``run_id -> {param: final value}`` of the params PBT changed (tags ``pbt.<param>``)."""
+    from mlflow import MlflowClient
+
+    from sweep.schema import decode_param, mutation_key
+
+    client, prefix, out = MlflowClient(tracking_uri), mutation_key(""), {}
+    for run_id in rows["run_id"]:
+        tags = client.get_run(run_id).data.tags
+        out[run_id] = {k[len(prefix):]: decode_param(v) for k, v in tags.items()
+                       if k.startswith(prefix) and k[len(prefix):].startswith(("model.", "train."))}
+    return out
+
+
+def _print_top_trials(summary, experiment: str, top: int = 5,
+                      spec_scheduler: str | None = None) -> None:
+    """The best trials; read by experiment name, since a tracking server holds other studies.
+
+    A PBT study's params show their initial and final values (``lr=0.001->0.0031``), as its
+    per-trial lines do.
+    """
     from sweep.results import load_results
     from sweep.study.progress import format_params
 
@@ -344,12 +369,15 @@ def _print_top_trials(summary, experiment: str, top: int = 5) -> None:
                 and frame[c].astype(str).nunique() > 1]
     table = Table("trial", "state", "best val_loss", METRIC_N_PARAMS, "searched params",
                   title=f"top trials of {summary.name}")
+    mutated = _pbt_final_values(summary.tracking_uri, frame.head(top)) \
+        if spec_scheduler == "pbt" else {}
     for _, row in frame.head(top).iterrows():
         loss = row.get(METRIC_BEST_VAL_LOSS, math.nan)
         table.add_row(str(row["trial"]), row["state"],
                       f"{loss:.4f}" if math.isfinite(loss) else "-",
                       f"{row.get(METRIC_N_PARAMS, math.nan):,.0f}",
-                      format_params({c: row[c] for c in searched}, limit=len(searched)))
+                      format_params({c: row[c] for c in searched}, limit=len(searched),
+                                    mutated=mutated.get(row["run_id"])))
     common.console.print(table)
     counts = ", ".join(f"{v} {k.lower()}" for k, v in summary.counts.items() if v)
     best = (f"{summary.best_val_loss:.4f} (trial {summary.best_trial})"

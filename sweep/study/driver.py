@@ -28,7 +28,7 @@ from sweep.schema import METRIC_BEST_VAL_LOSS
 from sweep.space import SpaceSummary
 from sweep.spec import StudySpec, spec_hash
 from sweep.study.preflight import PreflightError, preflight
-from sweep.study.progress import ProgressView
+from sweep.study.progress import DEFAULT_PROGRESS_EVERY_S, ProgressView
 from sweep.study.resume import Reconciled, StudyInterrupted, interrupt_signals, reconcile
 from sweep.study.scaling import layout_notes, run_scaling
 from sweep.study.summary import finish_study
@@ -83,6 +83,7 @@ def run_study(
     ray_address: str | None = None,
     device: str | None = None,
     console: Any = None,
+    progress_every_s: float = DEFAULT_PROGRESS_EVERY_S,
 ) -> StudySummary:
     """Run ``spec``'s trials with its executor and summarise them in MLflow.
 
@@ -96,6 +97,8 @@ def run_study(
         ray_address: Ray cluster address for the ``ray`` executor (default: local Ray).
         device: Training device override (``cpu``, ``cuda``...); default: the train config's.
         console: A rich Console for the progress view.
+        progress_every_s: Seconds between heartbeat lines when ``console`` is not a terminal
+            (`sweep.study.progress.ProgressView`); 0: none.
 
     Returns:
         The `StudySummary`.
@@ -130,7 +133,8 @@ def run_study(
                     shutil.rmtree(created, ignore_errors=True)
                 raise
         return _run(spec, out, corpus, space_summary, quiet=quiet, ray_address=ray_address,
-                    device=device, console=console, prior=prior)
+                    device=device, console=console, prior=prior,
+                    progress_every_s=progress_every_s)
 
 
 @contextlib.contextmanager
@@ -237,7 +241,8 @@ def _printer(console: Any):
 
 def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary, *,
          quiet: bool, ray_address: str | None, device: str | None,
-         console: Any, prior: list | None = None) -> StudySummary:
+         console: Any, prior: list | None = None,
+         progress_every_s: float = DEFAULT_PROGRESS_EVERY_S) -> StudySummary:
     uri = spec.tracking_uri(out)
     plain = spec.to_data()
     # The stored spec (parent run's spec.yaml) keeps no passwords of storage or tracking URLs.
@@ -262,10 +267,12 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
         say = _printer(console)
         study, stopped = None, None
         names = list(spec.search.objectives) if len(spec.search.objectives) > 1 else None
+        data_section = spec.data.model_dump(mode="json", exclude_none=True)
         # One signal stops the study; more, while it records the stop, are ignored.
         with interrupt_signals() as received:
             try:
-                with ProgressView(spec.name, total, quiet=quiet, console=console) as view:
+                with ProgressView(spec.name, total, quiet=quiet, console=console,
+                                  progress_every_s=progress_every_s) as view:
                     if spec.search.executor != "optuna":  # the Optuna executor reconciles
                         _say_reconciled(reconcile(ctx), view.note)
 
@@ -294,7 +301,7 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
                 _reconcile_after_stop(executor, ctx)
                 try:
                     result = finish_study(tracker, study, objective_names=names,
-                                          interrupted=str(stopped))
+                                          interrupted=str(stopped), data=data_section)
                     counts = {k: v for k, v in result["counts"].items() if v}
                 except Exception:  # noqa: BLE001 (the store failed: the resume records it)
                     tracker.finished = True
@@ -307,7 +314,7 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
                                 f"{counts or 'none'}{waiting}; run the same command again to "
                                 f"resume (output folder {out})",)
                 raise stopped
-        result = finish_study(tracker, study, objective_names=names)
+        result = finish_study(tracker, study, objective_names=names, data=data_section)
     return StudySummary(
         name=spec.name, out_dir=out, tracking_uri=uri, parent_run_id=tracker.parent_run_id,
         state=result["state"], counts=result["counts"], best_val_loss=result[METRIC_BEST_VAL_LOSS],

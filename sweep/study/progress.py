@@ -3,12 +3,17 @@
 Executors turn their trial records into `TrialRow`s and call `ProgressView.update`; the view
 shows one row per running trial (key params, tokens done, current val loss) and a summary line
 (done / pruned / failed / infeasible / diverged counts, best so far), and prints one line per
-trial as it finishes, so a log without a terminal still tells the story.
+trial as it finishes. Without a terminal (a log file, a Ray job's log) it also prints a
+heartbeat every ``progress_every_s`` seconds (`heartbeat`: the counts, then each running
+trial's tokens and current val loss), so a log shows that a study is alive between finished
+trials, and what it is doing.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import time
 from dataclasses import dataclass, field
 
 from rich.console import Console, Group
@@ -18,7 +23,10 @@ from rich.text import Text
 
 from sweep.schema import METRIC_VAL_LOSS, TrialState
 
-__all__ = ["ProgressView", "TrialRow", "format_params"]
+__all__ = ["DEFAULT_PROGRESS_EVERY_S", "ProgressView", "TrialRow", "format_params"]
+
+#: Seconds between heartbeat lines when the output is not a terminal (``--progress-every``).
+DEFAULT_PROGRESS_EVERY_S = 30.0
 
 _FINAL = TrialState.final()
 
@@ -35,6 +43,8 @@ class TrialRow:
         val_loss: Latest val loss, nats/token (nan before the first evaluation).
         best_val_loss: Best val loss of a finished trial (nan if none).
         reason: Why it was infeasible, diverged or failed.
+        mutated: Params population-based training changed, with their current values; the
+            trial's lines show both (``lr=0.001->0.0031``), as the study's summary does.
     """
 
     number: int
@@ -44,16 +54,31 @@ class TrialRow:
     val_loss: float = math.nan
     best_val_loss: float = math.nan
     reason: str | None = None
+    mutated: dict = field(default_factory=dict)
 
 
-def format_params(params: dict, limit: int = 6) -> str:
-    """``name=value`` pairs of the first ``limit`` params (section prefixes dropped)."""
+def _fmt(v: object) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
 
-    def fmt(v):
-        return f"{v:.3g}" if isinstance(v, float) else str(v)
 
-    items = [f"{k.split('.', 1)[-1]}={fmt(v)}" for k, v in params.items()]
+def format_params(params: dict, limit: int = 6, mutated: dict | None = None) -> str:
+    """``name=value`` pairs of the first ``limit`` params (section prefixes dropped).
+
+    A param in ``mutated`` (changed during training by population-based training) shows its
+    initial and current value: ``lr=0.001->0.0031``.
+    """
+    mutated = mutated or {}
+    items = [f"{k.split('.', 1)[-1]}={_fmt(v)}"
+             + (f"->{_fmt(mutated[k])}" if k in mutated and mutated[k] != v else "")
+             for k, v in params.items()]
     return " ".join(items[:limit]) + (" ..." if len(items) > limit else "")
+
+
+def _changed(row: TrialRow) -> str:
+    """``, lr->0.0031`` for the params PBT changed on a running trial, else empty."""
+    changed = [f"{k.split('.', 1)[-1]}->{_fmt(v)}" for k, v in row.mutated.items()
+               if row.params.get(k) != v]
+    return (", " + " ".join(changed)) if changed else ""
 
 
 def _loss(v: float) -> str:
@@ -68,27 +93,62 @@ class ProgressView:
         n_trials: Trials the run aims for.
         quiet: Show nothing.
         console: Where to draw (default: stdout).
+        progress_every_s: Seconds between heartbeat lines when ``console`` is not a terminal;
+            0 turns them off.
     """
 
     def __init__(self, study_name: str, n_trials: int, *, quiet: bool = False,
-                 console: Console | None = None) -> None:
+                 console: Console | None = None,
+                 progress_every_s: float = DEFAULT_PROGRESS_EVERY_S) -> None:
         self.study_name, self.n_trials, self.quiet = study_name, n_trials, quiet
         self.console = console or Console()
+        self.progress_every_s = progress_every_s
         self._announced: set[int] = set()
         self._rows: list[TrialRow] = []
         self._live: Live | None = None
+        self._stop = threading.Event()
+        self._beats: threading.Thread | None = None
+        self._started = time.monotonic()
 
     def __enter__(self) -> ProgressView:
-        if not self.quiet and self.console.is_terminal:
+        if self.quiet:
+            return self
+        if self.console.is_terminal:
             self._live = Live(self._render(), console=self.console, refresh_per_second=2,
                               transient=True)
             self._live.__enter__()
+        elif self.progress_every_s > 0:
+            self._stop.clear()
+            self._beats = threading.Thread(target=self._beat, daemon=True,
+                                           name="progress-heartbeat")
+            self._beats.start()
         return self
 
     def __exit__(self, *exc) -> None:
         if self._live is not None:
             self._live.__exit__(*exc)
             self._live = None
+        if self._beats is not None:
+            self._stop.set()
+            self._beats.join(timeout=5)
+            self._beats = None
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.progress_every_s):
+            self.console.print(self.heartbeat(), highlight=False, soft_wrap=True, markup=False)
+
+    def heartbeat(self) -> str:
+        """One line: time since the start, `summary`, then each running trial's progress.
+
+        ``[  2m30s] 3/10 done: ...; running: trial 4 (tokens 120,000, val_loss 3.1234),
+        trial 5 (tokens 0, val_loss -)``.
+        """
+        elapsed = int(time.monotonic() - self._started)
+        running = [r for r in self._rows if r.state == TrialState.RUNNING]
+        trials = ", ".join(f"trial {r.number} (tokens {r.tokens:,}, {METRIC_VAL_LOSS} "
+                           f"{_loss(r.val_loss)}{_changed(r)})" for r in running)
+        return (f"[{elapsed // 60:>3}m{elapsed % 60:02d}s] {self.summary()}"
+                + (f"; running: {trials}" if trials else ""))
 
     def update(self, rows: list[TrialRow]) -> None:
         """Show the current state of all trials; print newly finished ones."""
@@ -114,7 +174,7 @@ class ProgressView:
         text = Text.assemble(
             f"trial {row.number:>3} ", (f"{row.state:<10}", colour),
             f" best val_loss {_loss(row.best_val_loss):>8}  tokens {row.tokens:>9,}  ",
-            format_params(row.params),
+            format_params(row.params, mutated=row.mutated),
         )
         if row.reason:
             text.append(f"  ({row.reason})", style="dim")
@@ -141,6 +201,7 @@ class ProgressView:
             table.add_column(column)
         for row in self._rows:
             if row.state == TrialState.RUNNING:
-                table.add_row(str(row.number), format_params(row.params), f"{row.tokens:,}",
+                table.add_row(str(row.number), format_params(row.params, mutated=row.mutated),
+                              f"{row.tokens:,}",
                               _loss(row.val_loss), row.state)
         return Group(table, Text(self.summary()))

@@ -17,7 +17,8 @@ __all__ = ["finish_study"]
 
 def finish_study(tracker: StudyTracker, optuna_study: Any = None, *,
                  objective_names: list[str] | None = None,
-                 interrupted: str | None = None) -> dict[str, Any]:
+                 interrupted: str | None = None,
+                 data: dict[str, Any] | None = None) -> dict[str, Any]:
     """Summarise the study's trials into its parent run and end it.
 
     Logs what `StudyTracker.finish` logs, plus ``trials.csv`` (`sweep.results.trials_frame`,
@@ -32,6 +33,7 @@ def finish_study(tracker: StudyTracker, optuna_study: Any = None, *,
         objective_names: Names of the objectives of a multi-objective study.
         interrupted: Why the study stopped early (`StudyTracker.finish`); no plots are drawn
             then, so that it stops within seconds.
+        data: The spec's ``data`` section, for ``best_config.yaml`` (`StudyTracker.finish`).
 
     Returns:
         `StudyTracker.finish`'s summary: best val loss, best trial and run, counts, state.
@@ -45,6 +47,6 @@ def finish_study(tracker: StudyTracker, optuna_study: Any = None, *,
         frame, histories, optuna_study, objective_names)
     try:
         return tracker.finish(trials, trials_csv=frame.to_csv(index=False), figures=figures,
-                              interrupted=interrupted)
+                              interrupted=interrupted, data=data)
     finally:
         results.close_figures(figures)

@@ -187,7 +187,8 @@ class StudyTracker:
 
     def finish(self, trials: list[dict[str, Any]] | None = None, *, trials_csv: str | None = None,
                figures: Mapping[str, Any] | None = None,
-               interrupted: str | None = None) -> dict[str, Any]:
+               interrupted: str | None = None,
+               data: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Summarise the trials into the parent run and end it.
 
         Logs metrics ``best_val_loss`` (over COMPLETE trials with a finite value) and
@@ -206,6 +207,8 @@ class StudyTracker:
             figures: Matplotlib figures by name, or None to log none.
             interrupted: Why the study stopped before its end (a signal, workers that kept
                 dying), or None.
+            data: The spec's ``data`` section, written first in ``best_config.yaml`` so the
+                file trains again as it is (``sweep train --config``).
 
         Returns:
             ``{"best_val_loss", "best_trial", "best_run_id", "counts": {state: n}, "state"}``.
@@ -231,7 +234,9 @@ class StudyTracker:
             metrics[METRIC_BEST_VAL_LOSS] = best["metrics"][METRIC_BEST_VAL_LOSS]
             tags += [RunTag(TAG_BEST_TRIAL, str(best["trial"])),
                      RunTag(TAG_BEST_RUN_ID, best["run_id"])]
-            config = yaml.safe_dump(unflatten_params(best["params"]), sort_keys=False)
+            best_config = {**({"data": dict(data)} if data else {}),
+                           **unflatten_params(best["params"])}
+            config = yaml.safe_dump(best_config, sort_keys=False)
             self.client.log_text(self.parent_run_id, config, BEST_CONFIG_ARTIFACT)
         self.log_metrics(metrics)
         self.client.log_batch(self.parent_run_id, tags=tags)

@@ -107,14 +107,19 @@ class StudyCallback(tune.Callback):
         if self.view is not None:
             self.view.update(list(self.rows.values()))
 
+    @staticmethod
+    def _mutated(row: TrialRow, trial: Any) -> None:
+        """Keep the params a row started with; PBT's changes go to ``row.mutated``."""
+        current = trial_params(trial.config)
+        row.mutated = {k: v for k, v in current.items() if row.params.get(k, v) != v}
+
     def on_trial_start(self, iteration, trials, trial, **info) -> None:
-        row = self._row(trial)
-        row.params = trial_params(trial.config)
+        self._mutated(self._row(trial), trial)
         self._show()
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         row = self._row(trial)
-        row.params = trial_params(trial.config)
+        self._mutated(row, trial)
         row.tokens = int(result.get(METRIC_TOKENS, row.tokens))
         if ATTR_STATE in result:
             row.best_val_loss = float(result.get(METRIC_BEST_VAL_LOSS, math.nan))
