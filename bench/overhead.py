@@ -47,7 +47,8 @@ start times (milliseconds) for the Ray arms, whose trials run in worker processe
 
 Runtime: about 10 minutes on an idle 2-core CPU machine (the 1000-trial service run dominates);
 24 minutes were measured with other jobs loading the machine (load average 4-7), which the
-output reports at start and end.
+output reports at start and end. The Ray part alone (``--counts 2 --ray-trials 20``) took
+10 minutes at load average 15, most of it the bare loop's new process per trial.
 
     python bench/overhead.py [--counts 10 100 1000] [--max-trials N] [--ray-trials 20]
 """
