@@ -10,7 +10,10 @@ Side by side in one run, on the same trivial trial:
 - ``bare``: what a researcher writes by hand: ``optuna.create_study`` in memory with the same
   sampler, and per trial ``mlflow.start_run(nested=True)`` / ``log_params`` / ``log_metric``
   into the arm's own sqlite store. For Ray, a bare ``ray.tune.Tuner`` with ``OptunaSearch`` and
-  the same plain MLflow logging inside the trainable.
+  the same plain MLflow logging inside the trainable, with Tune's defaults (a new worker
+  process per trial: ``reuse_actors=False``); ``bare-reuse`` is the same loop with
+  ``reuse_actors=True``, as the service runs a search, to show what is left of the service's
+  overhead once both keep their worker processes.
 
 The trivial trial is the real `sweep.train.Trainer` in both arms, on a model as small as the
 model factory builds (vocab 16, ``seq_len`` 8, ``d_model`` 8, one head, one layer), one
@@ -35,14 +38,17 @@ caches or heap. Per arm and count:
 - ``train_s``: mean time per trial inside the trainer (construction and ``train``).
 
 overhead per trial = service ``per_trial_s`` - bare ``per_trial_s``; target: overhead(1000) /
-overhead(10) <= 2 (the cost of a trial must not grow with the study). Trial starts are taken
+overhead(10) <= 2 (the cost of a trial must not grow with the study). Ray: target service
+``per_trial_s`` / bare ``per_trial_s`` <= 1.2 (issue 11), with service / bare-reuse printed
+beside it. Trial starts are taken
 from a timing subclass of the trainer for the Optuna arms, and from the MLflow child runs'
 start times (milliseconds) for the Ray arms, whose trials run in worker processes.
 ``gc_s`` is the time per trial in ``gc.collect``. Ends with one JSON line holding every figure.
 
 Runtime: about 10 minutes on an idle 2-core CPU machine (the 1000-trial service run dominates);
 24 minutes were measured with other jobs loading the machine (load average 4-7), which the
-output reports at start and end.
+output reports at start and end. The Ray part alone (``--counts 2 --ray-trials 20``) took
+10 minutes at load average 15, most of it the bare loop's new process per trial.
 
     python bench/overhead.py [--counts 10 100 1000] [--max-trials N] [--ray-trials 20]
 """
@@ -70,6 +76,8 @@ MODEL = {"vocab_size": 16, "seq_len": 8, "d_model": 8, "n_heads": 1, "n_layers":
 TRAIN = {"steps": 1, "batch_size": 1, "eval_tokens": 8, "precision": "fp32", "device": "cpu"}
 LR = (1.0e-4, 1.0e-2)
 TAU = (0.5, 2.0)
+#: The most the service's Ray trial may cost, as a multiple of the bare loop's (issue 11).
+RAY_TARGET = 1.2
 
 
 def study_spec(n_trials: int, executor: str = "optuna") -> Any:
@@ -238,7 +246,7 @@ def _run_starts(tracking_uri: str) -> list[float]:
     return [r.info.start_time / 1000.0 for r in runs]
 
 
-def _bare_ray(n: int, out: Path) -> str:
+def _bare_ray(n: int, out: Path, reuse: bool = False) -> str:
     import mlflow
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
@@ -283,7 +291,7 @@ def _bare_ray(n: int, out: Path) -> str:
     tuner = tune.Tuner(
         tune.with_resources(named, {"cpu": 1}),
         param_space=param_space,
-        tune_config=tune.TuneConfig(search_alg=search, num_samples=n),
+        tune_config=tune.TuneConfig(search_alg=search, num_samples=n, reuse_actors=reuse),
         run_config=tune.RunConfig(storage_path=str(out / "ray"), verbose=0),
     )
     tuner.fit()
@@ -315,7 +323,7 @@ def ray_job(arm: str, n: int) -> dict[str, Any]:
                         raise RuntimeError(f"service arm (ray): trials ended {summary.counts}")
                     uri = summary.tracking_uri
                 else:
-                    uri = _bare_ray(count, out)
+                    uri = _bare_ray(count, out, reuse=arm == "bare-reuse")
                 wall = time.perf_counter() - start
             starts = _run_starts(uri)
         finally:
@@ -382,10 +390,12 @@ def main() -> None:
         ray_skip = ray_unavailable()
         if ray_skip is None:
             try:
-                bare, svc = _fresh(ray_job, "bare", args.ray_trials), \
-                    _fresh(ray_job, "service", args.ray_trials)
-                results["ray"] = {"bare": bare, "service": svc, "overhead_per_trial_s":
-                                  svc["per_trial_s"] - bare["per_trial_s"]}
+                bare, reuse, svc = (_fresh(ray_job, arm, args.ray_trials)
+                                    for arm in ("bare", "bare-reuse", "service"))
+                results["ray"] = {"bare": bare, "bare_reuse": reuse, "service": svc,
+                                  "overhead_per_trial_s": svc["per_trial_s"] - bare["per_trial_s"],
+                                  "ratio": svc["per_trial_s"] / bare["per_trial_s"],
+                                  "ratio_reuse": svc["per_trial_s"] / reuse["per_trial_s"]}
             except Exception as err:  # noqa: BLE001 - keep the Optuna figures; say why
                 ray_skip = f"failed: {type(err).__name__}: {err}"
     else:
@@ -407,9 +417,17 @@ def main() -> None:
     for n in counts:
         r = results["optuna"][n]
         print(_row(f"optuna {n}", r["bare"], r["service"]))
+    ray_pass = None
     if results["ray"] is not None:
-        print(_row(f"ray {args.ray_trials}", results["ray"]["bare"], results["ray"]["service"])
+        r = results["ray"]
+        print(_row(f"ray {args.ray_trials}", r["bare"], r["service"])
               + "   (bare = Ray Tune + OptunaSearch + plain MLflow; train n/a)")
+        print(_row("ray reuse", r["bare_reuse"], r["service"])
+              + "   (bare with reuse_actors=True)")
+        ray_pass = bool(r["ratio"] <= RAY_TARGET)
+        print(f"ray: service / bare per trial = {r['ratio']:.2f} (target <= {RAY_TARGET}: "
+              f"{'PASS' if ray_pass else 'FAIL'}); service / bare-reuse = "
+              f"{r['ratio_reuse']:.2f}")
     else:
         print(f"ray: skipped ({ray_skip})")
     print("overhead per trial, optuna: " + ", ".join(
@@ -434,8 +452,12 @@ def main() -> None:
                                "pass": bool(ratio <= 2)},
             "ray": None if results["ray"] is None else {
                 "n": args.ray_trials, "bare": slim(results["ray"]["bare"]),
+                "bare_reuse": slim(results["ray"]["bare_reuse"]),
                 "service": slim(results["ray"]["service"]),
-                "overhead_per_trial_s": round(results["ray"]["overhead_per_trial_s"], 6)},
+                "overhead_per_trial_s": round(results["ray"]["overhead_per_trial_s"], 6),
+                "ratio": {"value": round(results["ray"]["ratio"], 4), "target": RAY_TARGET,
+                          "pass": ray_pass},
+                "ratio_reuse": round(results["ray"]["ratio_reuse"], 4)},
             "ray_skipped": ray_skip, "total_s": round(total, 1),
             "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)]}
     print(json.dumps(line))

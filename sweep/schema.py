@@ -92,6 +92,8 @@ __all__ = [
     "TAG_BRANCH_FROM",
     "TAG_BRANCH_NOTE",
     "TAG_CHECKPOINT_NOTE",
+    "TAG_CUDA_VISIBLE_DEVICES",
+    "TAG_DEVICE",
     "TAG_EXECUTOR",
     "TAG_FAIL_REASON",
     "TAG_HEARTBEAT",
@@ -202,6 +204,10 @@ TAG_BEST_RUN_ID = "sweep.best_run_id"
 TAG_OWNER = "sweep.owner"
 TAG_HEARTBEAT = "sweep.heartbeat"
 TAG_RETRY_OF = "sweep.retry_of"
+#: Where a trial trained: the torch device (``cpu``, ``cuda:0``), and the GPUs its process was
+#: shown (``CUDA_VISIBLE_DEVICES``, as Ray sets it for a trial holding GPUs), when set.
+TAG_DEVICE = "sweep.device"
+TAG_CUDA_VISIBLE_DEVICES = "sweep.cuda_visible_devices"
 #: WSD branches (``scaling.branches``): the run whose stable-phase trunk a trial continued, and
 #: why a trunk was not used or not saved.
 TAG_BRANCH_FROM = "sweep.branch_from"

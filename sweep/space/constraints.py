@@ -43,10 +43,65 @@ def device_memory_bytes(device: str = "auto") -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
-def memory_limit_bytes(spec: StudySpec, device: str = "auto") -> float:
-    """``constraints.max_memory_gb`` in bytes, else the memory of ``device``."""
+def gpu_share(spec: StudySpec) -> float:
+    """The fraction of one GPU a trial of ``spec`` gets: 0 to 1, 0 without GPUs.
+
+    ``resources.gpus_per_trial`` of a Ray study (the one executor that places trials on
+    GPUs), at most 1: a trial trains on one device, whatever number of GPUs it holds.
+    """
+    if spec.search.executor != "ray":
+        return 0.0
+    return min(spec.resources.gpus_per_trial, 1.0)
+
+
+def _gpu_memory_bytes(spec: StudySpec, device: str) -> float | None:
+    """``resources.gpu_memory_gb`` in bytes, else the CUDA device's; None off a GPU."""
+    if spec.resources.gpu_memory_gb:
+        return spec.resources.gpu_memory_gb * 1e9
+    if _surely_cpu(device):
+        return None
+    from sweep.train.hardware import pick_device
+
+    if pick_device(device).type != "cuda":
+        return None
+    return float(device_memory_bytes(device))
+
+
+def memory_limit(spec: StudySpec, device: str = "auto") -> tuple[float, str]:
+    """The memory a trial on ``device`` may use, bytes, and where the limit comes from.
+
+    In order: ``constraints.max_memory_gb``; for a trial holding a share of a GPU
+    (`gpu_share`: ``resources.gpus_per_trial``) on a device other than ``cpu``, that share of
+    the GPU's memory (``resources.gpu_memory_gb``, else the CUDA device's total memory), so
+    trials packed on one GPU fit beside each other; else the memory of ``device`` (CUDA
+    total memory or host RAM).
+
+    Returns:
+        ``(limit_bytes, what)``, ``what`` naming the limit for a message.
+
+    Raises:
+        ValueError: For an unknown or unavailable device.
+    """
     gb = spec.constraints.max_memory_gb
-    return gb * 1e9 if gb else float(device_memory_bytes(device))
+    if gb:
+        return gb * 1e9, "constraints.max_memory_gb"
+    share = gpu_share(spec)
+    if share and device != "cpu":
+        gpu = _gpu_memory_bytes(spec, device)
+        if gpu is not None:
+            source = ("resources.gpu_memory_gb" if spec.resources.gpu_memory_gb
+                      else f"the memory of {device}")
+            return share * gpu, f"resources.gpus_per_trial={share:g} of {source}"
+    return float(device_memory_bytes(device)), f"memory of {device}"
+
+
+def memory_limit_bytes(spec: StudySpec, device: str = "auto") -> float:
+    """The memory a trial on ``device`` may use, bytes (`memory_limit`).
+
+    Raises:
+        ValueError: For an unknown or unavailable device.
+    """
+    return memory_limit(spec, device)[0]
 
 
 def training_cost(model_cfg: ModelConfig, train_cfg: TrainConfig, device: str) -> Any:
@@ -104,8 +159,9 @@ def check_constraints(
     """Price a config with the cost model and check ``spec.constraints``.
 
     Memory is the training estimate for one micro-batch (``train.batch_size`` sequences) in
-    the precision the trial will use; the default limit (``max_memory_gb`` unset) is the memory
-    of ``device`` (default: ``train.device``), CUDA total memory or host RAM.
+    the precision the trial will use, against `memory_limit` on ``device`` (default:
+    ``train.device``): ``max_memory_gb``, else a trial's share of a GPU, else the device's
+    memory.
 
     Returns:
         ``(ok, reason, cost)``: ``reason`` names each broken limit (None when ok); ``cost`` is
@@ -114,7 +170,7 @@ def check_constraints(
     device = device or train_cfg.device
     cost = training_cost(model_cfg, train_cfg, device)
     c = spec.constraints
-    limit = memory_limit_bytes(spec, device)
+    limit, what = memory_limit(spec, device)
     reasons = []
     if c.max_params and cost.n_params > c.max_params:
         reasons.append(f"n_params={cost.n_params:,} > constraints.max_params={c.max_params:,}")
@@ -122,7 +178,6 @@ def check_constraints(
         reasons.append(f"flops_per_token={cost.flops_per_token_fwd:.4g} > "
                        f"constraints.max_flops_per_token={c.max_flops_per_token:.4g}")
     if cost.memory.total > limit:
-        what = "constraints.max_memory_gb" if c.max_memory_gb else f"memory of {device}"
         reasons.append(f"estimated memory {cost.memory.total / 1e9:.3g} GB > {what} "
                        f"({limit / 1e9:.3g} GB)")
     return not reasons, "; ".join(reasons) or None, cost

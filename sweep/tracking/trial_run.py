@@ -15,6 +15,7 @@ any loss metric.
 from __future__ import annotations
 
 import math
+import os
 import time
 import traceback
 from collections.abc import Iterable, Mapping
@@ -39,6 +40,8 @@ from sweep.schema import (
     METRIC_TOKENS,
     METRIC_VAL_LOSS,
     RESULT_METRICS,
+    TAG_CUDA_VISIBLE_DEVICES,
+    TAG_DEVICE,
     TAG_FAIL_REASON,
     TAG_HEARTBEAT,
     TAG_OWNER,
@@ -73,6 +76,15 @@ def _chunks(items: list, size: int) -> Iterable[list]:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def process_tags() -> dict[str, str]:
+    """Tags of the process running a trial: its owner and the GPUs it is shown, if set."""
+    tags = {TAG_OWNER: current_owner()}
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if gpus is not None:
+        tags[TAG_CUDA_VISIBLE_DEVICES] = gpus
+    return tags
 
 
 class TrialRun:
@@ -247,6 +259,8 @@ class TrialRun:
                 self.report(tokens, {k: v for k, v in point.items() if k != METRIC_TOKENS})
         if finite(data.get(METRIC_BEST_VAL_LOSS)):
             self.best_val_loss = min(float(data[METRIC_BEST_VAL_LOSS]), self.best_val_loss)
+        if data.get("device"):
+            self.set_tags({TAG_DEVICE: str(data["device"])})
         state = TrialState(data.get("state", TrialState.COMPLETE))
         skip = METRIC_FINAL_VAL_LOSS if state is TrialState.DIVERGED else None
         self.log_metrics({k: data.get(k) for k in RESULT_METRICS if k != skip})
@@ -353,7 +367,7 @@ class TrialContext:
             MLFLOW_PARENT_RUN_ID: self.parent_run_id,
             TAG_TRIAL_NUMBER: str(number),
             TAG_STATE: TrialState.RUNNING.value,
-            TAG_OWNER: current_owner(),
+            **process_tags(),
             TAG_HEARTBEAT: f"{time.time():.0f}",
             **({TAG_RETRY_OF: str(retry_of)} if retry_of is not None else {}),
         }
@@ -385,6 +399,7 @@ class TrialContext:
         running = RunStatus.to_string(RunStatus.RUNNING)
         if run.info.status != running:
             client.update_run(run_id, status=running)
-        client.set_tag(run_id, TAG_OWNER, current_owner())
+        for key, value in process_tags().items():
+            client.set_tag(run_id, key, value)
         trial.start_heartbeat()
         return trial

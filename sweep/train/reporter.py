@@ -52,6 +52,7 @@ class TrialResult:
         baseline_unigram_loss: The corpus's unigram entropy on val, nats/token.
         entropy_rate: The corpus's entropy rate (synthetic sources), else None.
         fail_reason: Why a trial diverged or failed, else None.
+        device: The torch device it trained on (``cpu``, ``cuda:0``), tag ``sweep.device``.
         history: One dict per evaluation: ``tokens`` and the reported metrics.
     """
 
@@ -68,6 +69,7 @@ class TrialResult:
     entropy_rate: float | None = None
     fail_reason: str | None = None
     history: list[dict[str, float]] = field(default_factory=list)
+    device: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-value dict (JSON-serialisable; nan stays a float)."""

@@ -349,7 +349,7 @@ class Trainer:
             steps=self.step, wall_s=self.timings[METRIC_WALL_S], train_flops=flops, mfu=mfu,
             n_params=self.n_params, baseline_unigram_loss=self.corpus.baseline_unigram_loss,
             entropy_rate=self.corpus.entropy_rate, fail_reason=self.fail_reason,
-            history=[dict(h) for h in self.history])
+            history=[dict(h) for h in self.history], device=str(self.device))
 
     # ------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, path: Path | str, *, meta: dict | None = None) -> Path:

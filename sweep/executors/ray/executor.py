@@ -9,7 +9,11 @@ directions for a multi-objective study. Trial numbers are the Optuna trial numbe
 the trainable in its config (`sweep.schema.CONFIG_TRIAL_NUMBER`). ``search.parallel`` caps
 concurrent trials of a search; PBT members share what the cluster's CPUs/GPUs allow
 (``resources``), and members waiting for a slot are paused and resumed from their own
-checkpoints. GPUs per trial are requested only when the cluster has GPUs.
+checkpoints. GPUs per trial are requested only when the cluster has GPUs; a fraction of one
+(``resources.gpus_per_trial: 0.25``) packs that many trials on each GPU, each held to its share
+of the GPU's memory by the constraints (`sweep.space.memory_limit`). A search's trials run in
+actors Ray keeps for the next trial (``reuse_actors``, `sweep.executors.ray.trainable`); PBT
+members restart in fresh ones.
 
 Rerun (a killed driver, then the same study again): the trials the study holds in MLflow are
 read first; only finished ones (`sweep.schema.TrialState.finished`) count toward ``n_trials``,
@@ -380,7 +384,7 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
                 search_alg=searcher, scheduler=make_scheduler(spec, ctx.summary),
                 num_samples=n_trials,
                 max_concurrent_trials=spec.search.parallel,
-                time_budget_s=spec.search.timeout_s, reuse_actors=False)
+                time_budget_s=spec.search.timeout_s, reuse_actors=True)
         stop = _Interrupt()
         run_config = tune.RunConfig(
             name=name, storage_path=str(ctx.out_dir / "ray"), verbose=0, callbacks=[tracker],

@@ -2,6 +2,13 @@
 
 The one trial path, `sweep.study.trial.evaluate`, with a `TuneReporter`.
 
+Trials run in actors that Ray keeps for the next trial (``reuse_actors``): a worker process,
+its imports, the study's corpus (`StudyContext.corpus`) and its MLflow store are set up once
+per actor, not once per trial. Ray's `FunctionTrainable.reset_config` waits for the previous
+trial's thread to end before the next trial starts; a thread still training after Ray ended
+its trial (a stop between two evaluations) ends at its next evaluation, and an actor whose
+thread does not end within ``TUNE_FUNCTION_THREAD_TIMEOUT_S`` (2 s) is replaced by a new one.
+
 Infeasible trials train nothing and report once with val loss = the corpus's unigram baseline,
 so schedulers and samplers carry on (the sampler sees that penalty, not constraint values as
 under the Optuna executor); trials that raise end ``FAILED`` and the study continues.
@@ -54,7 +61,10 @@ def search_trainable(ctx: StudyContext):
         try:
             run_trial(config)
         except Ended:  # Ray ended the trial; the driver ends its run (`TuneReporter`)
-            return
+            # Ray's own way out of a stopped trial's thread: returning would report once more
+            # and wait there for the next `train` call, which never comes, so a kept actor
+            # could not take its next trial (`reset_config` waits for the thread).
+            raise SystemExit(0) from None
 
     def run_trial(config: dict[str, Any]) -> None:
         number = int(config[CONFIG_TRIAL_NUMBER])
@@ -90,5 +100,7 @@ def search_trainable(ctx: StudyContext):
         if outcome.reason:
             final[ATTR_REASON] = outcome.reason[:500]
         final_report(reporter, outcome.tokens, final)
+        if reporter.stopped:  # Ray ended the trial at its last report
+            raise Ended
 
     return trainable

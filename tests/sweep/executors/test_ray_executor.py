@@ -170,6 +170,9 @@ def test_asha_stops_trials_that_learn_nothing_early(tmp_path):
         assert last.value > good[last.step]  # stopped for being worse at the same tokens
     assert summary.counts == {"COMPLETE": 1, "PRUNED": 2, "FAILED": 0, "INFEASIBLE": 0,
                               "DIVERGED": 0, "RUNNING": 0, "INTERRUPTED": 0}
+    # Actors are kept for the next trial (``reuse_actors``), and a pruned trial's thread ends at
+    # once, so the process that trained trial 1 until ASHA stopped it takes trial 2.
+    assert runs[2].data.tags["sweep.owner"] == runs[1].data.tags["sweep.owner"]
     # ASHA's top rung (just below the budget here) never sees a bare evaluation at the end of
     # the budget: only the final report, with the trial's state, reaches it.
     for result_file in (tmp_path / "ray").glob("*/*/result.json"):

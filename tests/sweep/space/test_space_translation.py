@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 
 import optuna
 import pytest
@@ -146,11 +147,38 @@ def test_check_constraints_against_cost_model():
 
 
 def test_default_memory_limit_is_device_memory():
-    import os
-
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     assert space.device_memory_bytes("cpu") == ram
     assert space.memory_limit_bytes(make(), "cpu") == ram
+
+
+def test_a_share_of_a_gpu_limits_memory_to_that_share():
+    def spec(gpus, executor="ray", **extra):
+        return parse_spec({**SPACE, "search": {"executor": executor},
+                           "resources": {"gpus_per_trial": gpus, "gpu_memory_gb": 16}, **extra})
+
+    assert space.memory_limit(spec(0.25), "auto") == (
+        4e9, "resources.gpus_per_trial=0.25 of resources.gpu_memory_gb")
+    assert space.memory_limit_bytes(spec(0.5), "cuda") == 8e9
+    assert space.memory_limit_bytes(spec(2), "auto") == 16e9  # a trial trains on one GPU
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert space.memory_limit_bytes(spec(0.5), "cpu") == ram  # train.device: cpu ignores it
+    assert space.memory_limit_bytes(spec(0.5, "optuna"), "auto") == \
+        space.device_memory_bytes("auto")  # only Ray places trials on GPUs
+    assert space.memory_limit_bytes(spec(0.5, constraints={"max_memory_gb": 3}), "auto") == 3e9
+    # The cost model's estimate decides which configs share a GPU.
+    model = ModelConfig(vocab_size=256, seq_len=64, d_model=64, n_heads=4, n_layers=2)
+    train = TrainConfig(tokens=1000, batch_size=4, device="auto")
+    mem = space.training_cost(model, train, "auto").memory.total
+    fits = parse_spec({**SPACE, "search": {"executor": "ray"},
+                       "resources": {"gpus_per_trial": 0.5, "gpu_memory_gb": 2.1 * mem / 1e9}})
+    assert space.check_constraints(fits, model, train)[0]
+    quarter = fits.model_copy(update={"resources": fits.resources.model_copy(
+        update={"gpus_per_trial": 0.25})})
+    ok, reason, _ = space.check_constraints(quarter, model, train)
+    assert not ok and reason.endswith(
+        f"> resources.gpus_per_trial=0.25 of resources.gpu_memory_gb "
+        f"({0.25 * 2.1 * mem / 1e9:.3g} GB)")
 
 
 def test_recorded_constraints_steer_tpe_and_nsga2():
