@@ -29,7 +29,13 @@ from sweep.space import SpaceSummary
 from sweep.spec import StudySpec, spec_hash
 from sweep.study.preflight import PreflightError, preflight
 from sweep.study.progress import DEFAULT_PROGRESS_EVERY_S, ProgressView
-from sweep.study.resume import Reconciled, StudyInterrupted, interrupt_signals, reconcile
+from sweep.study.resume import (
+    HOLD,
+    Reconciled,
+    StudyInterrupted,
+    interrupt_signals,
+    reconcile,
+)
 from sweep.study.scaling import layout_notes, run_scaling
 from sweep.study.summary import finish_study
 from sweep.study.trial import StudyContext
@@ -314,7 +320,10 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
                                 f"{counts or 'none'}{waiting}; run the same command again to "
                                 f"resume (output folder {out})",)
                 raise stopped
-        result = finish_study(tracker, study, objective_names=names, data=data_section)
+            # Every trial has ended: a signal now would only cut the summary short and leave
+            # the parent RUNNING, so the summary is finished first (signals are ignored).
+            received.name = HOLD
+            result = finish_study(tracker, study, objective_names=names, data=data_section)
     return StudySummary(
         name=spec.name, out_dir=out, tracking_uri=uri, parent_run_id=tracker.parent_run_id,
         state=result["state"], counts=result["counts"], best_val_loss=result[METRIC_BEST_VAL_LOSS],

@@ -65,8 +65,16 @@ __all__ = ["Reconciled", "StudyInterrupted", "interrupt_signals", "reconcile", "
            "signal_handlers"]
 
 
+#: `_Received.name` while signals are held off for a step that must not be cut short.
+HOLD = "hold"
+
+
 class _Received:
-    """The signal that stopped the study (``name`` None until one arrives)."""
+    """The signal that stopped the study (``name`` None until one arrives).
+
+    Setting ``name`` to `HOLD` ignores signals until the `interrupt_signals` block ends, then
+    restores the previous handlers.
+    """
 
     name: str | None = None
 
@@ -86,7 +94,9 @@ def interrupt_signals():
         received.name = signal.Signals(signum).name
         raise KeyboardInterrupt(received.name)
 
-    with signal_handlers(handler, keep=lambda: received.name is not None):
+    # A stop on a signal keeps them ignored while the process exits; `hold` (the study's
+    # summary, once every trial has ended) ignores them only until the block ends.
+    with signal_handlers(handler, keep=lambda: received.name not in (None, HOLD)):
         yield received
 
 
