@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.server]
 
 ROOT = Path(__file__).resolve().parents[3]
 N_TRIALS = 3
-TOKENS = 98304  # a trial's budget: the last trial, alone, long enough to be caught mid-trial
+TOKENS = 196608  # a trial's budget: long enough that `sweep stop` lands mid-trial under load
 FINISHED = ("COMPLETE", "PRUNED", "FAILED", "INFEASIBLE", "DIVERGED")
 
 
@@ -207,7 +207,7 @@ def wait_mid_trial(url, experiment, job, client, n_finished):
         early = [r for r in runs if r.data.tags.get("sweep.state") == "RUNNING"
                  and "val_loss" in r.data.metrics and max(
                      m.step for m in mlflow.get_metric_history(r.info.run_id, "val_loss"))
-                 <= TOKENS // 2]
+                 <= TOKENS // 4]
         if sum(s in FINISHED for s in states) >= n_finished and early:
             return runs
         time.sleep(0.2)
