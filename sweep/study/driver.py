@@ -83,6 +83,7 @@ def run_study(
     ray_address: str | None = None,
     device: str | None = None,
     console: Any = None,
+    command: str | None = None,
 ) -> StudySummary:
     """Run ``spec``'s trials with its executor and summarise them in MLflow.
 
@@ -96,6 +97,8 @@ def run_study(
         ray_address: Ray cluster address for the ``ray`` executor (default: local Ray).
         device: Training device override (``cpu``, ``cuda``...); default: the train config's.
         console: A rich Console for the progress view.
+        command: The command line that started it (``sweep run ...``), for the experiment's
+            description and tag ``sweep.command``; None through the Python API.
 
     Returns:
         The `StudySummary`.
@@ -130,7 +133,7 @@ def run_study(
                     shutil.rmtree(created, ignore_errors=True)
                 raise
         return _run(spec, out, corpus, space_summary, quiet=quiet, ray_address=ray_address,
-                    device=device, console=console, prior=prior)
+                    device=device, console=console, prior=prior, command=command)
 
 
 @contextlib.contextmanager
@@ -237,7 +240,7 @@ def _printer(console: Any):
 
 def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary, *,
          quiet: bool, ray_address: str | None, device: str | None,
-         console: Any, prior: list | None = None) -> StudySummary:
+         console: Any, prior: list | None = None, command: str | None = None) -> StudySummary:
     uri = spec.tracking_uri(out)
     plain = spec.to_data()
     # The stored spec (parent run's spec.yaml) keeps no passwords of storage or tracking URLs.
@@ -248,9 +251,9 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
     executor = get_executor(spec.search.executor)
     tracker = StudyTracker.start(uri, spec.tracking.experiment, plain,
                                  executor=spec.search.executor, algorithm=algorithm_name(spec),
-                                 resume=True, spec_hash=spec_hash(spec))
+                                 resume=True, spec_hash=spec_hash(spec), command=command)
     with tracker:
-        tracker.log_baseline(corpus.baseline_unigram_loss)
+        tracker.log_corpus(corpus.describe(), corpus.baseline_unigram_loss)
         # A trial keeps its run's writes in the study folder while the store does not answer.
         tracker.context = dataclasses.replace(tracker.context,
                                               buffer_dir=str(out / BUFFER_DIR))
