@@ -104,6 +104,7 @@ __all__ = [
     "TAG_TRIAL_NUMBER",
     "TAG_TRUNCATED",
     "TRIALS_ARTIFACT",
+    "UI_MODEL_TRAINING",
     "TrialState",
     "cost_metrics",
     "count_metric",
@@ -201,6 +202,9 @@ TAG_CORPUS = "sweep.corpus"
 TAG_COMMAND = "sweep.command"
 #: MLflow's own tag for the description of an experiment or a run (markdown), shown above it.
 TAG_NOTE = "mlflow.note.content"
+#: The query of an MLflow 3 UI page that keeps it in the "Model training" views (runs, metrics);
+#: without it an experiment opens on the GenAI overview, which shows no runs.
+UI_MODEL_TRAINING = "workflowType=machine_learning"
 #: Crash recovery (`sweep.study.resume`): the process running a trial (`sweep.tracking.owner`),
 #: its last heartbeat (Unix seconds), and on a retried trial the number of the one it retries.
 TAG_OWNER = "sweep.owner"

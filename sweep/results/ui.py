@@ -13,6 +13,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from sweep.schema import UI_MODEL_TRAINING
+
 #: The signals that stop a server this service runs in the foreground: Ctrl-C, ``kill`` or
 #: ``timeout`` (SIGTERM) and a closed terminal or SSH session (SIGHUP).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -26,7 +28,7 @@ def runs_view_url(base_url: str, experiment_id: str) -> str:
     MLflow 3.17).
     """
     base = base_url.rstrip("/")
-    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    return f"{base}/#/experiments/{experiment_id}/runs?{UI_MODEL_TRAINING}"
 
 
 class Stopped(Exception):

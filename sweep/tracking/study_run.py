@@ -41,6 +41,7 @@ from sweep.schema import (
     TAG_SPEC_HASH,
     TAG_STATE,
     TRIALS_ARTIFACT,
+    UI_MODEL_TRAINING,
     TrialState,
     count_metric,
     unflatten_params,
@@ -295,7 +296,7 @@ class StudyTracker:
             counts={s.value: n for s, n in counts.items()},
             best_trial=best["trial"] if best else None,
             best_run_url=f"#/experiments/{self.experiment_id}/runs/{best['run_id']}"
-            if best else None,
+                         f"?{UI_MODEL_TRAINING}" if best else None,
             best_val_loss=metrics.get(METRIC_BEST_VAL_LOSS, math.nan), baseline=baseline,
             corpus=corpus, executor=parent.tags.get(TAG_EXECUTOR),
             algorithm=parent.tags.get(TAG_ALGORITHM), reason=interrupted)

@@ -221,7 +221,8 @@ def test_parent_and_experiment_carry_the_summary_a_researcher_looks_for(fake):
     note = tags[schema.TAG_NOTE]
     best_id = fake["children"][1].info.run_id
     assert note.splitlines()[0] == "**fake**: COMPLETE."
-    assert (f"best trial: **[trial-1](#/experiments/{fake['experiment_id']}/runs/{best_id})**, "
+    assert (f"best trial: **[trial-1](#/experiments/{fake['experiment_id']}/runs/{best_id}"
+            "?workflowType=machine_learning)**, "
             "best val loss **2.1000** nats/token, **0.382** x the unigram baseline (5.5000;"
             ) in note
     assert "- trials: 2 COMPLETE, 1 PRUNED, 1 DIVERGED, 1 FAILED, 1 INFEASIBLE\n" in note
