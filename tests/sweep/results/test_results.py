@@ -172,9 +172,13 @@ def fetch_json(url, body=None):
 
 @pytest.mark.server
 @pytest.mark.slow
-def test_cli_ui_serves_the_study_runs(store):
+def test_cli_ui_serves_the_study_runs(store, tmp_path, monkeypatch):
     port = free_port()
-    result = runner.invoke(app, ["ui", str(store["out"]), "--port", str(port), "--no-block"])
+    opened = tmp_path / "opened.txt"  # --open hands the URL to $BROWSER, here a script
+    monkeypatch.setenv("BROWSER", f"{sys.executable} -c \"import sys; "
+                       f"open({str(opened)!r}, 'w').write(sys.argv[1])\" %s")
+    result = runner.invoke(app, ["ui", str(store["out"]), "--port", str(port), "--no-block",
+                                 "--open"])
     assert result.exit_code == 0, result.output
     pid = int(re.search(r"server pid (\d+)", result.output).group(1))
     try:
@@ -182,6 +186,8 @@ def test_cli_ui_serves_the_study_runs(store):
         experiment_id = store["tracker"].experiment_id
         assert (f"{url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
                 in result.output)
+        assert opened.read_text() == \
+            f"{url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
         with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
             assert response.status == 200
         experiments = fetch_json(f"{url}/api/2.0/mlflow/experiments/search", {"max_results": 10})
