@@ -210,16 +210,18 @@ class TrialRun:
     def report(self, tokens: int, metrics: Mapping[str, float]) -> None:
         """Log one evaluation (``val_loss``, ``train_loss``, ``tokens_per_s``...) at step = tokens.
 
-        With metric ``tokens`` = ``tokens`` at the same step. Matches
-        `sweep.train.Reporter.report`; tracks the best finite ``val_loss`` seen.
+        Beside a finite ``val_loss`` (the one that is logged), metric ``tokens`` = ``tokens`` at
+        the same step. Matches `sweep.train.Reporter.report`; tracks the best finite
+        ``val_loss`` seen.
         """
         value = metrics.get(METRIC_VAL_LOSS)
         if finite(value):
             self.best_val_loss = min(self.best_val_loss, float(value))
             self._last_loss_step = max(self._last_loss_step, int(tokens))
+            metrics = {**metrics, METRIC_TOKENS: int(tokens)}
         self._losses.update(k for k in LOSS_METRICS if finite(metrics.get(k)))
         self.last_step = max(self.last_step, int(tokens))
-        self.log_metrics({**metrics, METRIC_TOKENS: int(tokens)}, step=int(tokens))
+        self.log_metrics(metrics, step=int(tokens))
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Set tags on the run (values cut to the store's tag limit)."""
