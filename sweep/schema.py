@@ -6,13 +6,16 @@ the progress view and the results table import these names; none writes the stri
 
 MLflow layout (see ``docs/architecture.md``):
 
-- experiment = study name; one parent run per study, tags `TAG_KIND` = `KIND_STUDY`,
-  `TAG_SPEC_HASH`, `TAG_EXECUTOR`, `TAG_ALGORITHM`, `TAG_STATE`; metrics
-  `METRIC_BASELINE`, `METRIC_BEST_VAL_LOSS`, ``trials_<state>`` (`count_metric`); artifacts
-  `SPEC_ARTIFACT`, `TRIALS_ARTIFACT`, `BEST_CONFIG_ARTIFACT`, ``plots/<name>.png``;
+- experiment = study name, its description in `TAG_NOTE`; one parent run per study, tags
+  `TAG_KIND` = `KIND_STUDY`, `TAG_SPEC_HASH`, `TAG_EXECUTOR`, `TAG_ALGORITHM`, `TAG_CORPUS`,
+  `TAG_COMMAND`, `TAG_STATE`, `TAG_NOTE` (its description: the summary); metrics
+  `METRIC_BASELINE`, `METRIC_BEST_VAL_LOSS`, `METRIC_BEST_OVER_BASELINE`, ``trials_<state>``
+  (`count_metric`); artifacts `SPEC_ARTIFACT`, `TRIALS_ARTIFACT`, `BEST_CONFIG_ARTIFACT`,
+  ``plots/<name>.png``;
 - one child run per trial, named `run_name` (``trial-<n>``), params = the resolved model and
   train config under dotted keys (`flatten_params`, values encoded with `encode_param`),
-  `COST_METRICS` at step 0, evaluation metrics with step = tokens seen, `RESULT_METRICS` and
+  `COST_METRICS` at step 0, evaluation metrics with step = tokens seen (`METRIC_TOKENS` beside
+  each, its value the step, so charts can draw against tokens), `RESULT_METRICS` and
   `METRIC_BEST_VAL_LOSS` at the end; tags `TAG_STATE`, `TAG_FAIL_REASON`, `TAG_TRIAL_NUMBER`;
   population-based training's changes as metrics and tags ``pbt.<key>`` (`mutation_key`);
 - ``sweep train``: one run, `TAG_KIND` = `KIND_TRAIN`, with a trial's params, metrics and
@@ -60,6 +63,7 @@ __all__ = [
     "KIND_TRAIN",
     "LOSS_METRICS",
     "METRIC_BASELINE",
+    "METRIC_BEST_OVER_BASELINE",
     "METRIC_BEST_VAL_LOSS",
     "METRIC_BRANCH_TOKENS",
     "METRIC_RESUMED_TOKENS",
@@ -92,12 +96,15 @@ __all__ = [
     "TAG_BRANCH_FROM",
     "TAG_BRANCH_NOTE",
     "TAG_CHECKPOINT_NOTE",
+    "TAG_COMMAND",
+    "TAG_CORPUS",
     "TAG_CUDA_VISIBLE_DEVICES",
     "TAG_DEVICE",
     "TAG_EXECUTOR",
     "TAG_FAIL_REASON",
     "TAG_HEARTBEAT",
     "TAG_KIND",
+    "TAG_NOTE",
     "TAG_OWNER",
     "TAG_RESUMED_FROM",
     "TAG_RETRAIN_OF",
@@ -111,6 +118,7 @@ __all__ = [
     "TRAIN_EXPERIMENT",
     "TRAIN_RUN_NAME",
     "TRIALS_ARTIFACT",
+    "UI_MODEL_TRAINING",
     "TrialState",
     "cost_metrics",
     "count_metric",
@@ -128,9 +136,10 @@ class TrialState(str, enum.Enum):
     """The state of a trial, the same in the trainer, both executors, MLflow and the tables.
 
     A `str` enum: members compare equal to their names (``TrialState.COMPLETE == "COMPLETE"``)
-    and are stored as them (tag `TAG_STATE`). Only a trial's own fault is ``FAILED``;
-    ``PRUNED`` and ``INFEASIBLE`` trials stopped on purpose, so MLflow shows them ``KILLED``,
-    not failed (`run_status`).
+    and are stored as them (tag `TAG_STATE`, the state to read back: the run status says less).
+    Only a trial's own fault is ``FAILED``; ``PRUNED`` and ``INFEASIBLE`` trials ended as the
+    search meant them to, so their runs are ``FINISHED`` (`run_status`): MLflow's UI draws
+    ``KILLED`` with the same red mark as ``FAILED``.
     """
 
     RUNNING = "RUNNING"
@@ -178,10 +187,14 @@ class TrialState(str, enum.Enum):
         return tuple(s for s in cls if s.is_final)
 
 
+#: MLflow has no run status between success and failure that its UI draws apart: 3.17 marks
+#: ``KILLED`` and ``FAILED`` alike (a red cross), ``FINISHED`` with a green tick. So a trial the
+#: search stopped or refused on purpose is ``FINISHED`` and tag `TAG_STATE` tells which; only a
+#: trial stopped from outside (``INTERRUPTED``, retried on resume) is ``KILLED``.
 _RUN_STATUS = {
     TrialState.COMPLETE: "FINISHED",
-    TrialState.PRUNED: "KILLED",
-    TrialState.INFEASIBLE: "KILLED",
+    TrialState.PRUNED: "FINISHED",
+    TrialState.INFEASIBLE: "FINISHED",
     TrialState.INTERRUPTED: "KILLED",
     TrialState.DIVERGED: "FAILED",
     TrialState.FAILED: "FAILED",
@@ -199,6 +212,14 @@ TAG_ALGORITHM = "sweep.algorithm"
 TAG_TRUNCATED = "sweep.truncated_params"
 TAG_BEST_TRIAL = "sweep.best_trial_number"
 TAG_BEST_RUN_ID = "sweep.best_run_id"
+#: The parent run: the study's corpus (its data URI) and the command that last started it.
+TAG_CORPUS = "sweep.corpus"
+TAG_COMMAND = "sweep.command"
+#: MLflow's own tag for the description of an experiment or a run (markdown), shown above it.
+TAG_NOTE = "mlflow.note.content"
+#: The query of an MLflow 3 UI page that keeps it in the "Model training" views (runs, metrics);
+#: without it an experiment opens on the GenAI overview, which shows no runs.
+UI_MODEL_TRAINING = "workflowType=machine_learning"
 #: Crash recovery (`sweep.study.resume`): the process running a trial (`sweep.tracking.owner`),
 #: its last heartbeat (Unix seconds), and on a retried trial the number of the one it retries.
 TAG_OWNER = "sweep.owner"
@@ -268,6 +289,9 @@ METRIC_BRANCH_TOKENS = "branch_tokens"
 METRIC_RESUMED_TOKENS = "resumed_tokens"
 #: The parent run: how many trials were retried after an interruption.
 METRIC_TRIALS_RETRIED = "trials_retried"
+#: The parent run: the best val loss over the unigram baseline (below 1: better than any model
+#: that ignores context).
+METRIC_BEST_OVER_BASELINE = "best_loss_over_baseline"
 #: Cost-model metrics of every trial, logged at step 0 (`cost_metrics`).
 COST_METRICS = (
     METRIC_N_PARAMS,

@@ -8,7 +8,7 @@ import torch
 torch.set_num_threads(1)
 
 # Fixtures that start a server or Ray, and the markers a test using one must carry, so that
-# `pytest -m "not slow and not ray and not server"` never starts one.
+# `pytest -m "not slow and not ray and not server and not browser"` never starts one.
 MARKERS_OF_FIXTURE = {
     "postgres": {"server"},  # tests/sweep/executors/test_postgres_storage.py: initdb + pg_ctl
     "server": {"server"},  # tests/sweep/tracking/test_tracking_server.py: mlflow server
@@ -17,6 +17,8 @@ MARKERS_OF_FIXTURE = {
     "ray_jobs_head": {"ray", "slow", "server"},  # tests/sweep/cli/test_submit_cluster.py
     "head_node": {"ray", "slow"},  # tests/sweep/executors/test_ray_cluster.py: ray start --head
     "local_ray": {"ray"},  # tests/sweep/executors/test_ray_executor.py: ray.init
+    "chromium": {"browser"},  # tests/sweep/results/test_browser.py: headless Chromium
+    "ui_url": {"server"},  # tests/sweep/results/test_browser.py: `sweep ui` (mlflow server)
 }
 
 

@@ -1,4 +1,7 @@
-"""Commands that read a study back: ``sweep results`` (a table), ``sweep ui`` (MLflow UI)."""
+"""Commands that read a study back: ``sweep results``, ``sweep ui``, ``sweep dashboard``.
+
+A table of the trials, the MLflow UI on the study's store, optuna-dashboard on its Optuna storage.
+"""
 
 from __future__ import annotations
 
@@ -144,10 +147,21 @@ def ui(
     port: int = typer.Option(5000, min=1, max=65535, help="Port to serve on."),
     host: str = typer.Option("127.0.0.1", help="Interface to bind (keep local unless trusted)."),
     block: bool = typer.Option(True, "--block/--no-block",
-                               help="Serve until Ctrl-C, or start in the background and return."),
+                               help="Serve until Ctrl-C (or SIGTERM, SIGHUP), or start in the "
+                                    "background and return."),
+    open_browser: bool = typer.Option(False, "--open", help="Also open the URL in this "
+                                                            "machine's web browser."),
 ) -> None:
-    """Open the MLflow UI on a study's store and print its URL."""
-    from sweep.results import StudyNotFoundError, resolve_study, start_ui, stop_ui
+    """Serve the MLflow UI on a study's store and print the URL of its runs table."""
+    from sweep.results import (
+        Stopped,
+        StudyNotFoundError,
+        resolve_study,
+        runs_view_url,
+        start_ui,
+        stop_signals,
+        stop_ui,
+    )
     from sweep.tracking import find_study
 
     try:
@@ -164,24 +178,86 @@ def ui(
         except OSError as exc:
             bad_input(f"cannot serve on {host}:{port} ({exc.strerror}); pass another --port")
     experiment_id, _ = find_study(uri, name)
+    # From here to the end a stop signal stops the server, even while it is starting.
+    with stop_signals():
+        proc = None
+        try:
+            proc = start_ui(uri, host=host, port=port)
+            url = runs_view_url(f"http://{host}:{port}", experiment_id)
+            common.console.print(f"MLflow UI for study {name}: {url}", highlight=False,
+                                 soft_wrap=True)
+            if open_browser:
+                import webbrowser
+
+                webbrowser.open(url)
+            if not block:
+                common.console.print(f"server pid {proc.pid}; stop it with: kill -- -{proc.pid}",
+                                     highlight=False)
+                proc = None  # left running
+                return
+            common.console.print("Ctrl-C to stop", highlight=False)
+            proc.wait()
+        except RuntimeError as exc:
+            common.err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(code=1) from exc
+        except (KeyboardInterrupt, Stopped) as exc:
+            common.console.print(f"stopped the MLflow UI ({getattr(exc, 'name', 'SIGINT')})",
+                                 highlight=False)
+        finally:
+            if proc is not None:
+                stop_ui(proc)
+
+
+@app.command()
+def dashboard(
+    study_dir: str = typer.Argument(..., metavar="STUDY_DIR",
+                                    help="The study's output folder (runs/<name> or --out)."),
+    port: int = typer.Option(8080, min=1, max=65535, help="Port to serve on."),
+    storage: str = typer.Option(None, metavar="URL", help="The Optuna storage (an RDB URL or a "
+                                "journal file) when the folder does not say it in full."),
+    allow_writes: bool = typer.Option(False, "--allow-writes",
+                                      help="Let the dashboard write to the storage (notes, "
+                                           "renames, deletes); read-only otherwise."),
+) -> None:
+    """Serve optuna-dashboard on 127.0.0.1 over a study's Optuna storage, read-only by default.
+
+    Live while the study runs (it reads the journal or database as trials are written); stops
+    on Ctrl-C, SIGTERM or SIGHUP.
+    """
+    from sweep.results.dashboard import DashboardError, locate_storage
+
+    host = "127.0.0.1"  # the dashboard has no authentication
     try:
-        proc = start_ui(uri, host=host, port=port)
-    except RuntimeError as exc:
-        common.err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(code=1) from exc
-    url = f"http://{host}:{port}/#/experiments/{experiment_id}"
-    common.console.print(f"MLflow UI for study {name}: {url}", highlight=False, soft_wrap=True)
-    if not block:
-        common.console.print(f"server pid {proc.pid}; stop it with: kill -- -{proc.pid}",
-                      highlight=False)
-        return
-    common.console.print("Ctrl-C to stop", highlight=False)
+        found = locate_storage(study_dir, storage)
+    except DashboardError as exc:
+        bad_input(str(exc))
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            bad_input(f"cannot serve on {host}:{port} ({exc.strerror}); pass another --port")
+    from sweep.results.dashboard import open_storage, serve_dashboard
+    from sweep.tracking import shown_uri
+
     try:
-        proc.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        stop_ui(proc)
+        opened = open_storage(found.url, writable=allow_writes)
+    except DashboardError as exc:
+        bad_input(str(exc))
+    mode = "read-write" if allow_writes else "read-only"
+
+    def ready(url: str) -> None:
+        where = f"{url}/dashboard"
+        if found.study is not None:
+            try:
+                where += f"/studies/{opened.get_study_id_from_name(found.study)}"
+            except KeyError:  # no trial has written the study yet
+                pass
+        common.console.print(f"optuna-dashboard for {shown_uri(found.url)} ({mode}): {where}",
+                             highlight=False, soft_wrap=True)
+        common.console.print("Ctrl-C to stop", highlight=False)
+
+    name = serve_dashboard(opened, host=host, port=port, ready=ready)
+    common.console.print(f"stopped optuna-dashboard ({name})", highlight=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
+import sys
 from pathlib import Path
 
 import typer
@@ -307,7 +309,8 @@ def run(
     try:
         summary = run_study(spec, out_dir=out, quiet=quiet or as_json, ray_address=address,
                             device=device, console=common.console,
-                            progress_every_s=progress_every)
+                            progress_every_s=progress_every,
+                            command=shlex.join(["sweep", *sys.argv[1:]]))
     except DataError as exc:
         bad_input(f"data.uri: {exc}")
     except (ResumeError, PreflightError) as exc:

@@ -1,7 +1,8 @@
-"""The MLflow UI for a study's store: ``mlflow server`` on 127.0.0.1."""
+"""The MLflow UI for a study's store: ``mlflow server`` on 127.0.0.1, stopped on any stop signal."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -9,7 +10,57 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+
+from sweep.schema import UI_MODEL_TRAINING
+
+#: The signals that stop a server this service runs in the foreground: Ctrl-C, ``kill`` or
+#: ``timeout`` (SIGTERM) and a closed terminal or SSH session (SIGHUP).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def runs_view_url(base_url: str, experiment_id: str) -> str:
+    """The MLflow UI's runs table of an experiment.
+
+    MLflow 3 opens ``#/experiments/<id>`` on its GenAI overview (traces, no runs); the runs
+    table needs ``workflowType=machine_learning`` (checked in a fresh Chromium profile on
+    MLflow 3.17).
+    """
+    base = base_url.rstrip("/")
+    return f"{base}/#/experiments/{experiment_id}/runs?{UI_MODEL_TRAINING}"
+
+
+class Stopped(Exception):
+    """A stop signal arrived (`stop_signals`); ``name`` is its name, e.g. ``SIGTERM``."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """Raise `Stopped` in the main thread at SIGINT, SIGTERM or SIGHUP inside the block.
+
+    Python turns only SIGINT into an exception; a SIGTERM or SIGHUP would end the process at
+    once, without the ``finally`` that stops a server's child processes. Signals after the
+    first are ignored, so that a second one does not cut that stop short. The previous handlers
+    come back on exit.
+    """
+    received: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        if not received:
+            received.append(signum)
+            raise Stopped(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def ui_command(tracking_uri: str, *, host: str = "127.0.0.1", port: int = 5000) -> list[str]:
@@ -54,15 +105,19 @@ def start_ui(
     )
     url = f"http://{host}:{port}/health"
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited with status {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return proc
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.25)
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"mlflow server exited with status {proc.returncode}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return proc
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.25)
+    except BaseException:  # a stop signal or Ctrl-C while it starts: no server left behind
+        stop_ui(proc)
+        raise
     stop_ui(proc)
     raise RuntimeError(f"mlflow server did not answer on {url} within {timeout_s:.0f} s")
 

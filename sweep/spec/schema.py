@@ -24,6 +24,9 @@ from sweep.spec.domains import Param, SpecParam
 from sweep.spec.fields import DATA_SCHEMES, MAX_TOKENS, OBJECTIVES
 from sweep.train.config import BUDGET_FIELDS as _BUDGET_FIELDS
 
+#: The Optuna journal a study keeps in its output folder unless ``search.storage`` names one.
+JOURNAL_FILE = "optuna.journal"
+
 
 # ---------------------------------------------------------------------------------- sections
 class _Section(BaseModel):
@@ -459,7 +462,7 @@ class StudySpec(BaseModel):
 
     def storage_url(self, out_dir: str | Path) -> str:
         """Optuna storage: the spec's RDB URL or journal file, else ``<out>/optuna.journal``."""
-        return self.search.storage or str(Path(out_dir) / "optuna.journal")
+        return self.search.storage or str(Path(out_dir) / JOURNAL_FILE)
 
     def tracking_uri(self, out_dir: str | Path) -> str:
         """MLflow tracking URI: the spec's, ``MLFLOW_TRACKING_URI``, or the study's SQLite file.

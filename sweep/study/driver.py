@@ -90,6 +90,7 @@ def run_study(
     device: str | None = None,
     console: Any = None,
     progress_every_s: float = DEFAULT_PROGRESS_EVERY_S,
+    command: str | None = None,
 ) -> StudySummary:
     """Run ``spec``'s trials with its executor and summarise them in MLflow.
 
@@ -105,6 +106,8 @@ def run_study(
         console: A rich Console for the progress view.
         progress_every_s: Seconds between heartbeat lines when ``console`` is not a terminal
             (`sweep.study.progress.ProgressView`); 0: none.
+        command: The command line that started it (``sweep run ...``), for the experiment's
+            description and tag ``sweep.command``; None through the Python API.
 
     Returns:
         The `StudySummary`.
@@ -140,7 +143,7 @@ def run_study(
                 raise
         return _run(spec, out, corpus, space_summary, quiet=quiet, ray_address=ray_address,
                     device=device, console=console, prior=prior,
-                    progress_every_s=progress_every_s)
+                    progress_every_s=progress_every_s, command=command)
 
 
 @contextlib.contextmanager
@@ -248,7 +251,8 @@ def _printer(console: Any):
 def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary, *,
          quiet: bool, ray_address: str | None, device: str | None,
          console: Any, prior: list | None = None,
-         progress_every_s: float = DEFAULT_PROGRESS_EVERY_S) -> StudySummary:
+         progress_every_s: float = DEFAULT_PROGRESS_EVERY_S,
+         command: str | None = None) -> StudySummary:
     uri = spec.tracking_uri(out)
     plain = spec.to_data()
     # The stored spec (parent run's spec.yaml) keeps no passwords of storage or tracking URLs.
@@ -259,9 +263,9 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
     executor = get_executor(spec.search.executor)
     tracker = StudyTracker.start(uri, spec.tracking.experiment, plain,
                                  executor=spec.search.executor, algorithm=algorithm_name(spec),
-                                 resume=True, spec_hash=spec_hash(spec))
+                                 resume=True, spec_hash=spec_hash(spec), command=command)
     with tracker:
-        tracker.log_baseline(corpus.baseline_unigram_loss)
+        tracker.log_corpus(corpus.describe(), corpus.baseline_unigram_loss)
         # A trial keeps its run's writes in the study folder while the store does not answer.
         tracker.context = dataclasses.replace(tracker.context,
                                               buffer_dir=str(out / BUFFER_DIR))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweep.data import DataError, check_corpus
 from sweep.schema import METRIC_N_PARAMS
-from sweep.spec import ChoiceDomain, StudySpec
+from sweep.spec import JOURNAL_FILE, ChoiceDomain, StudySpec
 from sweep.train.cuda_probe import no_cuda_driver
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ def check_stores(spec: StudySpec, out: Path | None = None) -> None:
         PreflightError: Naming ``search.storage`` or the tracking URI's source, the file and
             what it is.
     """
-    storage = spec.search.storage or (str(out / "optuna.journal") if out is not None else None)
+    storage = spec.search.storage or (str(out / JOURNAL_FILE) if out is not None else None)
     storage_source = ("search.storage" if spec.search.storage
                       else f"search.storage (default, in --out {out})")
     tracking = spec.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")

@@ -25,23 +25,29 @@ from sweep.schema import (
     BEST_CONFIG_ARTIFACT,
     KIND_STUDY,
     METRIC_BASELINE,
+    METRIC_BEST_OVER_BASELINE,
     METRIC_BEST_VAL_LOSS,
     METRIC_TRIALS_RETRIED,
     SPEC_ARTIFACT,
     TAG_ALGORITHM,
     TAG_BEST_RUN_ID,
     TAG_BEST_TRIAL,
+    TAG_COMMAND,
+    TAG_CORPUS,
     TAG_EXECUTOR,
     TAG_FAIL_REASON,
     TAG_KIND,
+    TAG_NOTE,
     TAG_SPEC_HASH,
     TAG_STATE,
     TRIALS_ARTIFACT,
+    UI_MODEL_TRAINING,
     TrialState,
     count_metric,
     unflatten_params,
 )
 from sweep.spec.resume import ResumeError, check_resume_compatible
+from sweep.tracking.notes import experiment_note, parent_note
 from sweep.tracking.reader import latest_parent, read_trials
 from sweep.tracking.trial_run import TrialContext, TrialRun, finite, now_ms
 from sweep.tracking.uris import absolute_uri, ensure_store, sqlite_path
@@ -68,6 +74,23 @@ def _plain(spec: Mapping[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(spec, default=str))
 
 
+def _corpus_uri(spec: Mapping[str, Any]) -> str | None:
+    data = spec.get("data")
+    return data if isinstance(data, str) else (data or {}).get("uri")
+
+
+def _describe_experiment(client: MlflowClient, experiment_id: str, study_name: str,
+                         digest: str, command: str | None) -> None:
+    """Write the experiment's description; the command that created it is kept across resumes."""
+    tags = client.get_experiment(experiment_id).tags
+    made_by = tags.get(TAG_COMMAND)
+    if made_by is None and command:
+        client.set_experiment_tag(experiment_id, TAG_COMMAND, command[:MAX_TAG_VAL_LENGTH])
+    note = experiment_note(study_name, digest, made_by or command,
+                           resumed_by=command if made_by else None)
+    client.set_experiment_tag(experiment_id, TAG_NOTE, note)
+
+
 class StudyTracker:
     """The parent run of a study, used by the driver; trials log through `context`.
 
@@ -80,6 +103,7 @@ class StudyTracker:
         self.context = TrialContext(tracking_uri, experiment_id, parent_run_id)
         self.client = MlflowClient(tracking_uri)
         self.finished = False
+        self.corpus_lines: list[str] = []  # `log_corpus`, for the parent run's description
 
     @property
     def parent_run_id(self) -> str:
@@ -100,6 +124,7 @@ class StudyTracker:
         algorithm: str,
         resume: bool = False,
         spec_hash: str | None = None,
+        command: str | None = None,
     ) -> StudyTracker:
         """Create the study's experiment and parent run, or reopen the latest one to resume.
 
@@ -114,6 +139,12 @@ class StudyTracker:
             resume: Reopen the latest parent run of the study if there is one.
             spec_hash: Tag ``sweep.spec_hash`` (`sweep.spec.spec_hash`); default: SHA-256 of
                 the canonical JSON of ``spec``.
+            command: The command line that started the study (tag ``sweep.command``; the
+                experiment's description names the one that created it), or None.
+
+        The experiment gets its description (`sweep.tracking.notes.experiment_note`), the
+        parent run tag ``sweep.corpus`` (``spec``'s ``data`` URI) and a description that
+        `finish` replaces with the summary.
 
         Raises:
             ResumeError: When resuming and `check_resume_compatible` refuses the new spec.
@@ -125,7 +156,13 @@ class StudyTracker:
         spec = _plain(spec)
         digest = spec_hash or _digest(spec)
         parent = latest_parent(client, experiment_id) if resume else None
-        tags = {TAG_SPEC_HASH: digest, TAG_EXECUTOR: executor, TAG_ALGORITHM: algorithm}
+        tags = {TAG_SPEC_HASH: digest, TAG_EXECUTOR: executor, TAG_ALGORITHM: algorithm,
+                TAG_NOTE: parent_note(study_name, state=TrialState.RUNNING, counts={},
+                                      executor=executor, algorithm=algorithm)}
+        if (corpus := _corpus_uri(spec)) is not None:
+            tags[TAG_CORPUS] = corpus[:MAX_TAG_VAL_LENGTH]
+        if command:
+            tags[TAG_COMMAND] = command[:MAX_TAG_VAL_LENGTH]
         if parent is None:
             tags.update({TAG_KIND: KIND_STUDY, TAG_STATE: TrialState.RUNNING.value})
             run = client.create_run(experiment_id, tags=tags, run_name=study_name)
@@ -152,6 +189,7 @@ class StudyTracker:
             tags[TAG_STATE] = TrialState.RUNNING.value
             client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         client.log_text(run_id, yaml.safe_dump(spec, sort_keys=False), SPEC_ARTIFACT)
+        _describe_experiment(client, experiment_id, study_name, digest, command)
         return cls(tracking_uri, experiment_id, run_id)
 
     def start_trial(self, number: int, params: Mapping[str, Any] | None = None) -> TrialRun:
@@ -168,6 +206,16 @@ class StudyTracker:
     def log_baseline(self, baseline_unigram_loss: float) -> None:
         """Log the corpus's unigram baseline loss (nats/token, on the val split)."""
         self.log_metrics({METRIC_BASELINE: baseline_unigram_loss})
+
+    def log_corpus(self, description: list[str], baseline_unigram_loss: float) -> None:
+        """Log the corpus's baseline and keep its description for the parent's summary.
+
+        Args:
+            description: `sweep.data.Corpus.describe`'s lines (size, split, baseline).
+            baseline_unigram_loss: Nats/token on the val split (`log_baseline`).
+        """
+        self.corpus_lines = list(description)
+        self.log_baseline(baseline_unigram_loss)
 
     def __enter__(self) -> StudyTracker:
         return self
@@ -191,8 +239,11 @@ class StudyTracker:
                data: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Summarise the trials into the parent run and end it.
 
-        Logs metrics ``best_val_loss`` (over COMPLETE trials with a finite value) and
-        ``trials_<state>`` per state, tags ``sweep.best_trial_number``/``sweep.best_run_id``,
+        Logs metrics ``best_val_loss`` (over COMPLETE trials with a finite value),
+        ``best_loss_over_baseline`` (when the baseline was logged) and ``trials_<state>`` per
+        state, tags ``sweep.best_trial_number``/``sweep.best_run_id``, the run's description
+        (`sweep.tracking.notes.parent_note`: the best trial against the baseline, the counts,
+        the corpus, the search),
         artifacts ``best_config.yaml``, ``trials.csv`` (``trials_csv``) and
         ``plots/<name>.png`` (``figures``). The parent ends FAILED (tag ``sweep.state=FAILED``)
         when no trial completed, and ``KILLED`` (tag ``sweep.state=INTERRUPTED``, the reason in
@@ -230,14 +281,31 @@ class StudyTracker:
         tags = [RunTag(TAG_STATE, state.value)]
         if interrupted is not None:
             tags.append(RunTag(TAG_FAIL_REASON, interrupted[:MAX_TAG_VAL_LENGTH]))
+        parent_run = self.client.get_run(self.parent_run_id)
+        parent = parent_run.data
+        baseline = parent.metrics.get(METRIC_BASELINE, math.nan)
         if best is not None:
             metrics[METRIC_BEST_VAL_LOSS] = best["metrics"][METRIC_BEST_VAL_LOSS]
+            if finite(baseline) and baseline > 0:
+                metrics[METRIC_BEST_OVER_BASELINE] = metrics[METRIC_BEST_VAL_LOSS] / baseline
             tags += [RunTag(TAG_BEST_TRIAL, str(best["trial"])),
                      RunTag(TAG_BEST_RUN_ID, best["run_id"])]
             best_config = {**({"data": dict(data)} if data else {}),
                            **unflatten_params(best["params"])}
             config = yaml.safe_dump(best_config, sort_keys=False)
             self.client.log_text(self.parent_run_id, config, BEST_CONFIG_ARTIFACT)
+        corpus = self.corpus_lines or ([f"corpus {parent.tags[TAG_CORPUS]}"]
+                                       if TAG_CORPUS in parent.tags else [])
+        note = parent_note(
+            parent_run.info.run_name, state=state,
+            counts={s.value: n for s, n in counts.items()},
+            best_trial=best["trial"] if best else None,
+            best_run_url=f"#/experiments/{self.experiment_id}/runs/{best['run_id']}"
+                         f"?{UI_MODEL_TRAINING}" if best else None,
+            best_val_loss=metrics.get(METRIC_BEST_VAL_LOSS, math.nan), baseline=baseline,
+            corpus=corpus, executor=parent.tags.get(TAG_EXECUTOR),
+            algorithm=parent.tags.get(TAG_ALGORITHM), reason=interrupted)
+        tags.append(RunTag(TAG_NOTE, note[:MAX_TAG_VAL_LENGTH]))
         self.log_metrics(metrics)
         self.client.log_batch(self.parent_run_id, tags=tags)
         if trials_csv is not None:

@@ -204,9 +204,15 @@ class TrialRun:
         self._log(params=params, tags=tags)
 
     def log_metrics(self, metrics: Mapping[str, float | None], step: int = 0) -> None:
-        """Log finite values of ``metrics`` at ``step`` in one batch (others are dropped)."""
+        """Log finite values of ``metrics`` at ``step`` in one batch (others are dropped).
+
+        ``tokens`` is always logged at step = its value, wherever it comes from (an evaluation
+        or the trial's total), so its history pairs with ``val_loss``'s step for step (a chart
+        can take it as its x axis) and its latest value is the trial's total.
+        """
         ts = now_ms()
-        batch = [Metric(k, float(v), ts, int(step)) for k, v in metrics.items() if finite(v)]
+        batch = [Metric(k, float(v), ts, int(v) if k == METRIC_TOKENS else int(step))
+                 for k, v in metrics.items() if finite(v)]
         self._log(metrics=batch)
 
     def log_costs(self, estimate: Any) -> None:
@@ -216,12 +222,15 @@ class TrialRun:
     def report(self, tokens: int, metrics: Mapping[str, float]) -> None:
         """Log one evaluation (``val_loss``, ``train_loss``, ``tokens_per_s``...) at step = tokens.
 
-        Matches `sweep.train.Reporter.report`; tracks the best finite ``val_loss`` seen.
+        Beside a finite ``val_loss`` (the one that is logged), metric ``tokens`` = ``tokens`` at
+        the same step. Matches `sweep.train.Reporter.report`; tracks the best finite
+        ``val_loss`` seen.
         """
         value = metrics.get(METRIC_VAL_LOSS)
         if finite(value):
             self.best_val_loss = min(self.best_val_loss, float(value))
             self._last_loss_step = max(self._last_loss_step, int(tokens))
+            metrics = {**metrics, METRIC_TOKENS: int(tokens)}
         self._losses.update(k for k in LOSS_METRICS if finite(metrics.get(k)))
         self.last_step = max(self.last_step, int(tokens))
         self.log_metrics(metrics, step=int(tokens))

@@ -161,7 +161,7 @@ def test_asha_stops_trials_that_learn_nothing_early(tmp_path):
     for number in (1, 2):
         assert frame.loc[number, "state"] == "PRUNED", number
         assert frame.loc[number, "tokens"] < TRAINED
-        assert runs[number].info.status == "KILLED"
+        assert runs[number].info.status == "FINISHED"  # not a failure
         history = client.get_metric_history(runs[number].info.run_id, "val_loss")
         steps = [m.step for m in history]
         assert len(steps) == len(set(steps))

@@ -6,6 +6,8 @@ import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import urllib.request
 
 import pandas as pd
@@ -170,15 +172,22 @@ def fetch_json(url, body=None):
 
 @pytest.mark.server
 @pytest.mark.slow
-def test_cli_ui_serves_the_study_runs(store):
+def test_cli_ui_serves_the_study_runs(store, tmp_path, monkeypatch):
     port = free_port()
-    result = runner.invoke(app, ["ui", str(store["out"]), "--port", str(port), "--no-block"])
+    opened = tmp_path / "opened.txt"  # --open hands the URL to $BROWSER, here a script
+    monkeypatch.setenv("BROWSER", f"{sys.executable} -c \"import sys; "
+                       f"open({str(opened)!r}, 'w').write(sys.argv[1])\" %s")
+    result = runner.invoke(app, ["ui", str(store["out"]), "--port", str(port), "--no-block",
+                                 "--open"])
     assert result.exit_code == 0, result.output
     pid = int(re.search(r"server pid (\d+)", result.output).group(1))
     try:
         url = f"http://127.0.0.1:{port}"
         experiment_id = store["tracker"].experiment_id
-        assert f"{url}/#/experiments/{experiment_id}" in result.output
+        assert (f"{url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+                in result.output)
+        assert opened.read_text() == \
+            f"{url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
         with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
             assert response.status == 200
         experiments = fetch_json(f"{url}/api/2.0/mlflow/experiments/search", {"max_results": 10})
@@ -195,6 +204,29 @@ def test_cli_ui_serves_the_study_runs(store):
         taken = busy.getsockname()[1]
         result = runner.invoke(app, ["ui", str(store["out"]), "--port", str(taken), "--no-block"])
     assert result.exit_code == 2 and str(taken) in result.output
+
+
+@pytest.mark.server
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_cli_ui_stops_its_server_on_sigterm_and_sighup(store, sig):
+    """`timeout 60 sweep ui` (SIGTERM) or a closed terminal (SIGHUP) leaves no server behind."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "sweep.cli", "ui", str(store["out"]),
+                             "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        first = proc.stdout.readline()  # printed once the server answers
+        assert f"http://127.0.0.1:{port}/#/experiments/" in first, first
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as response:
+            assert response.status == 200
+        proc.send_signal(sig)  # to the command only, as timeout(1) or a terminal sends it
+        rest = proc.communicate(timeout=60)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and f"stopped the MLflow UI ({sig.name})" in rest, rest
+    with socket.socket() as probe:  # nothing answers on the port any more
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
 
 
 def test_cli_ui_without_a_store_exits_2(tmp_path, monkeypatch):
