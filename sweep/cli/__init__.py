@@ -6,7 +6,7 @@ flags and print, importing the heavy packages (torch, MLflow, Optuna) inside the
 needs them so that ``sweep validate`` answers fast.
 """
 
-from sweep.cli import analyze, cluster, results, study, train
+from sweep.cli import analyze, cluster, coord, results, study, train
 from sweep.cli.common import app
 
-__all__ = ["analyze", "app", "cluster", "results", "study", "train"]
+__all__ = ["analyze", "app", "cluster", "coord", "results", "study", "train"]
