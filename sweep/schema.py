@@ -96,6 +96,8 @@ __all__ = [
     "TAG_STATE",
     "TAG_TRIAL_NUMBER",
     "TAG_TRUNCATED",
+    "TRANSFER_ANALYSIS_ARTIFACT",
+    "TRANSFER_PLOTS_ARTIFACT_DIR",
     "TRIALS_ARTIFACT",
     "TrialState",
     "cost_metrics",
@@ -264,6 +266,9 @@ BEST_CONFIG_ARTIFACT = "best_config.yaml"
 FAIL_REASON_ARTIFACT = "fail_reason.txt"
 #: A scaling study's IsoFLOP grid as laid out (budget, centre, shapes, drops), on its parent run.
 SCALING_GRID_ARTIFACT = "scaling_grid.csv"
+#: ``sweep analyze transfer``: the best learning rate per width and its drift, and the plot.
+TRANSFER_ANALYSIS_ARTIFACT = "transfer_analysis/transfer.json"
+TRANSFER_PLOTS_ARTIFACT_DIR = "transfer_analysis/plots"
 
 # ------------------------------------------------------- executor attributes and config keys
 #: Optuna user attributes and Ray Tune report keys (one spelling for both executors).

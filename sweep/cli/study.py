@@ -235,6 +235,9 @@ def _load_study_spec(spec_path: str, executor: str | None = None, trials: int | 
     if trials is not None and spec.scaling is not None:
         bad_input(f"--trials {trials}: a scaling study's trials are its grid points "
                   "(scaling.budgets x scaling.sizes_per_budget); change those instead")
+    if trials is not None and spec.transfer is not None:
+        bad_input(f"--trials {trials}: a transfer study's trials are its grid points "
+                  "(transfer.widths x every choice); change those instead")
     try:
         return with_overrides(spec, executor=executor, n_trials=trials)
     except SpecError as exc:
@@ -409,6 +412,10 @@ def worker(
         bad_input(f"{spec_path}: a scaling study's grid points are queued by sweep run, budget "
                   "by budget; sweep worker would draw points of its own. Run it with sweep run "
                   "(search.parallel for more processes)")
+    if spec.transfer is not None:
+        bad_input(f"{spec_path}: a transfer study's grid points are queued by sweep run; sweep "
+                  "worker would draw points of its own. Run it with sweep run (search.parallel "
+                  "for more processes)")
     out_dir = Path(out) if out else spec.default_output_dir()
     _check_inputs(spec, out_dir, device, space=True)
     from sweep.executors import optuna as optuna_executor
