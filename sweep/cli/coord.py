@@ -178,8 +178,9 @@ def coord_check(
                                    help="Sequences in the fixed batch (default: the train "
                                         "config's)."),
     out: str = typer.Option(None, "--out", metavar="DIR",
-                            help="Folder for coord_check.png and coord_check.csv (default: "
-                                 "runs/<study>/coord-check, or runs/coord-check)."),
+                            help="Folder for coord_check.png, coord_check.csv and the "
+                                 "prepared corpus (default: runs/<study>/coord-check with the "
+                                 "study's corpus cache, or runs/coord-check)."),
     device: str = typer.Option("cpu", help="Torch device."),
     as_json: bool = typer.Option(False, "--json", help="Print the records and slopes as JSON."),
 ) -> None:
@@ -216,7 +217,9 @@ def coord_check(
     from sweep.data import DataError, load_corpus
     from sweep.train.coord_check import LOGITS, coord_data, coord_figure, log_width_slopes
 
-    cache = (spec.default_output_dir() if spec else Path("runs") / "coord-check") / "data"
+    # the study's own corpus cache by default; with --out, everything under that folder
+    cache = folder / "data" if out else (spec.default_output_dir() if spec
+                                         else Path("runs") / "coord-check") / "data"
     try:
         corpus = load_corpus(uri, cache, vocab_size=spec.data.vocab_size if spec else None)
         corpus.require(config.seq_len)

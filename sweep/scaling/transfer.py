@@ -8,8 +8,10 @@ finds the best learning rate in two ways:
   worse than any finite one). "Moves by at most one grid step" is read off these: the spread,
   largest grid index minus smallest, across widths.
 - between grid points: the vertex of a parabola in log2(lr) through the best grid point and its
-  finite neighbours within two grid steps (the IsoFLOP-curve vertex of Hoffmann et al. 2022,
-  sec. 3.2, on learning rate instead of size), clamped to the grid's range.
+  finite neighbours within two grid steps (every finite point when fewer than three distinct
+  ones are that near; the IsoFLOP-curve vertex of Hoffmann et al. 2022, sec. 3.2, on learning
+  rate instead of size), clamped to the grid's range; the best grid point itself when the
+  parabola does not open upwards.
 
 The drift is the least-squares slope of log2(lr*) against log2(width): how many doublings the
 best learning rate moves per doubling of width (0 under hyperparameter transfer; about -1 for
@@ -128,7 +130,10 @@ def _vertex(log_lr: np.ndarray, loss: np.ndarray, weights: np.ndarray) -> tuple[
     present = weights > 0
     ranked = np.where(present & ~np.isnan(loss), loss, np.inf)
     best = int(np.argmin(ranked))
-    near = (np.abs(np.arange(len(loss)) - best) <= _WINDOW) & present & np.isfinite(loss)
+    usable = present & np.isfinite(loss)
+    near = (np.abs(np.arange(len(loss)) - best) <= _WINDOW) & usable
+    if np.unique(log_lr[near]).size < 3:  # a resample that left out the neighbours
+        near = usable
     lo, hi = log_lr[0], log_lr[-1]
     if np.unique(log_lr[near]).size < 3 or not np.isfinite(ranked[best]):
         return best, float(log_lr[best])
