@@ -125,3 +125,15 @@ def test_not_a_scaling_study_too():
                     "transfer": {"widths": [64, 128]},
                     "scaling": {"budgets": [1e9], "rule": {"d_model": [64, 128, 256],
                                                            "n_layers": 1, "d_head": 32}}})
+
+
+def test_resume_refuses_a_changed_grid_of_widths():
+    from sweep.spec.resume import ResumeError, check_resume_compatible
+
+    old = spec().to_data()
+    assert check_resume_compatible(old, spec().to_data()) == []
+    with pytest.raises(ResumeError, match=r"transfer.widths changed from \[64, 128, 256\]"):
+        check_resume_compatible(old, spec(transfer={"widths": [64, 128]}).to_data())
+    with pytest.raises(ResumeError, match="the choices of train.lr changed"):
+        check_resume_compatible(old, spec(train={"lr": {"choice": [1e-3, 2e-3, 8e-3]}})
+                                .to_data())
