@@ -93,8 +93,9 @@ def _resolve(spec_or_preset: str, sets: dict[str, Any], widths_raw: str | None,
         if "preset" in model:
             model = {**preset_dict(model.pop("preset")), **model}
         uri, vocab = spec.data.uri, spec.data.vocab_size
-        widths_default = tuple(spec.transfer.widths) if getattr(spec, "transfer", None) \
-            else _DEFAULT_WIDTHS
+        widths_default = tuple(spec.transfer.widths) if spec.transfer else _DEFAULT_WIDTHS
+        if spec.transfer:
+            model.update(d_head=spec.transfer.d_head, d_ff_ratio=spec.transfer.d_ff_ratio)
     else:
         bad_input(f"{spec_or_preset!r}: neither a spec file nor a preset "
                   f"({', '.join(PRESETS)})")
@@ -126,8 +127,6 @@ def _resolve(spec_or_preset: str, sets: dict[str, Any], widths_raw: str | None,
         model.pop("n_kv_heads", None)
     if ratio is not None:
         model["d_ff"] = max(1, round(ratio * width))
-    elif "d_ff" not in model:
-        model.pop("d_ff", None)
     model.setdefault("base_d_model", width)
     train = {k: v for k, v in train.items() if k not in ("tokens", "flops", "steps", "seconds")}
     try:
@@ -141,13 +140,13 @@ def _resolve(spec_or_preset: str, sets: dict[str, Any], widths_raw: str | None,
 def _print(frame: Any, slopes: dict[int, dict[str, float]], widths: list[int]) -> None:
     from rich.markup import escape
 
+    from sweep.train.coord_check import log_width_slopes
+
     table = Table("parametrization", "module", "t", *(str(w) for w in widths),
                   "slope", title="mean |activation| by width (slope: d log / d log width)")
     pivot = frame.pivot_table(index=["parametrization", "module", "t"], columns="width",
                               values="l1", sort=False)
     for (par, module, t), row in pivot.iterrows():
-        from sweep.train.coord_check import log_width_slopes
-
         slope = log_width_slopes(frame, module=module, t=int(t)).get(par, math.nan)
         table.add_row(escape(str(par)), escape(str(module)), str(t),
                       *(f"{row.get(w, math.nan):.4g}" for w in widths), f"{slope:+.2f}")
