@@ -117,6 +117,8 @@ __all__ = [
     "TAG_TRUNCATED",
     "TRAIN_EXPERIMENT",
     "TRAIN_RUN_NAME",
+    "TRANSFER_ANALYSIS_ARTIFACT",
+    "TRANSFER_PLOTS_ARTIFACT_DIR",
     "TRIALS_ARTIFACT",
     "UI_MODEL_TRAINING",
     "TrialState",
@@ -318,6 +320,9 @@ FAIL_REASON_ARTIFACT = "fail_reason.txt"
 SAVED_CONFIG_ARTIFACT = "model/config.json"
 #: A scaling study's IsoFLOP grid as laid out (budget, centre, shapes, drops), on its parent run.
 SCALING_GRID_ARTIFACT = "scaling_grid.csv"
+#: ``sweep analyze transfer``: the best learning rate per width and its drift, and the plot.
+TRANSFER_ANALYSIS_ARTIFACT = "transfer_analysis/transfer.json"
+TRANSFER_PLOTS_ARTIFACT_DIR = "transfer_analysis/plots"
 
 # ------------------------------------------------------- executor attributes and config keys
 #: Optuna user attributes and Ray Tune report keys (one spelling for both executors).

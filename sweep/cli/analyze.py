@@ -1,4 +1,7 @@
-"""``sweep analyze scaling``: scaling laws fitted to a study's trials, or to a CSV of points.
+"""``sweep analyze scaling`` and ``sweep analyze transfer``: analyses of a study's trials.
+
+``scaling`` fits scaling laws to a study's trials, or to a CSV of points; ``transfer`` measures
+how far a transfer study's best learning rate moves with width.
 
 Flags are checked before the fits, MLflow and matplotlib are imported, so bad input exits 2
 at once. The work lives in `sweep.scaling` (`runs`, `report`, `plots`); this module parses,
@@ -304,3 +307,114 @@ def scaling(
                                                                   markup=False)
     if not any(result.ok for result in report.results.values()):
         raise typer.Exit(code=1)
+
+
+_TRANSFER_HELP = (
+    "How far the best learning rate moves with width in a transfer study.\n\n"
+    "Prints, per group of the grid (e.g. each parametrization), the best learning rate at each "
+    "width on the grid and between grid points (a parabola's vertex in log lr), how many grid "
+    "steps the best point moves across the widths, and the drift: doublings of the best "
+    "learning rate per doubling of width, with a bootstrap interval. Writes transfer.png "
+    "(loss against lr, a line per width) to --out and logs it with the JSON to the study's "
+    "parent run. Exits 2 for bad input."
+)
+
+
+def _transfer_spec(study: str, attrs: dict[str, Any]) -> Any:
+    """The stored spec of a transfer study; exits 2 when it is not one or cannot be read."""
+    spec = _study_spec(attrs)
+    if spec is None or spec.transfer is None:
+        bad_input(f"study {attrs['study']!r} is not a transfer study (its spec has no "
+                  "transfer section)" if spec is not None else
+                  f"study {attrs['study']!r}: its spec could not be read")
+    return spec
+
+
+def _print_transfer(reports: list[Any], out: Any) -> None:
+    for rep in reports:
+        table = Table(title=f"{rep.group}: best learning rate per width")
+        for header in ("d_model", "best lr (grid)", "grid index", "lr* (vertex)",
+                       "final val loss"):
+            table.add_column(header, justify="right")
+        for c in rep.curves:
+            table.add_row(str(c.width), f"{c.lr_best:.4g}", str(c.best_index),
+                          f"{c.lr_vertex:.4g}", _num(c.losses[c.best_index]))
+        out.print(table)
+        level = f"{rep.level:.0%} interval"
+        out.print(f"{rep.group}: the best grid point moves {rep.grid_steps} grid step(s) "
+                  f"(x{rep.grid_ratio:.3g} each) across widths; drift "
+                  f"{rep.drift:+.3f} doublings of lr* per doubling of width "
+                  + (f"[{level} {_num(rep.interval[0])}, {_num(rep.interval[1])}]"
+                     if rep.interval else "(no bootstrap)")
+                  + f"; on the grid {rep.drift_grid:+.3f}", highlight=False, markup=False)
+        for note in rep.notes:
+            out.print(f"note: {note}", highlight=False, markup=False)
+
+
+@analyze_app.command("transfer", help=_TRANSFER_HELP)
+def transfer(
+    study: str = typer.Argument(..., metavar="STUDY_OR_DIR",
+                                help="Study name (./runs/<name>), its folder, or its mlflow.db."),
+    bootstrap: int = typer.Option(1000, min=0, help="Bootstrap resamples for the drift's "
+                                                    "interval (0: none)."),
+    seed: int = typer.Option(0, help="Seed of the bootstrap resampling."),
+    out: str = typer.Option(None, "--out", metavar="DIR",
+                            help="Folder for transfer.png (default: <study dir>/analysis)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON list, one object per "
+                                                       "group."),
+    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (then STUDY is the "
+                                                "experiment name), e.g. http://host:5000."),
+) -> None:
+    """The best learning rate per width of a transfer study, and its drift with width."""
+    if tracking_uri is None:
+        _check_local_store(study)
+    from sweep.results import StudyNotFoundError, read_study
+    from sweep.tracking import UnreachableStoreError
+
+    try:
+        trials, attrs = read_study(study, tracking_uri)
+    except (StudyNotFoundError, UnreachableStoreError) as exc:
+        bad_input(str(exc))
+    spec = _transfer_spec(study, attrs)
+    from sweep.scaling.transfer import analyze_transfer, transfer_figure, transfer_points
+    from sweep.space.transfer import grid_fields
+
+    points = transfer_points(trials, grid_fields(spec))
+    reports = analyze_transfer(points, n_bootstrap=bootstrap, seed=seed)
+    if not reports:
+        bad_input(f"study {attrs['study']!r}: no group has trained points at two widths yet "
+                  f"({len(points)} points trained of {len(trials)} trials)")
+    points.attrs.update(attrs)
+    folder = Path(out) if out else _default_out(points, study)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "transfer.png"
+        transfer_figure(reports, path)
+    except OSError as exc:
+        bad_input(f"--out {folder}: {exc.strerror or exc}")
+    data = [r.to_dict() for r in reports]
+    done = [f"wrote {path}"]
+    try:
+        from mlflow import MlflowClient
+
+        from sweep.schema import TRANSFER_ANALYSIS_ARTIFACT, TRANSFER_PLOTS_ARTIFACT_DIR
+
+        client = MlflowClient(attrs["tracking_uri"])
+        client.log_text(attrs["parent_run_id"], json.dumps(data, indent=2),
+                        TRANSFER_ANALYSIS_ARTIFACT)
+        client.log_artifact(attrs["parent_run_id"], str(path), TRANSFER_PLOTS_ARTIFACT_DIR)
+    except Exception as exc:  # the analysis stands without its copy in MLflow
+        common.err_console.print(f"warning: the analysis was not logged to the study's run: "
+                                 f"{type(exc).__name__}: {exc}", highlight=False, markup=False)
+    else:
+        done.append(f"logged the analysis and plot to run {attrs['parent_run_id']}")
+    if as_json:
+        print(json.dumps(data))
+    else:
+        from rich.console import Console
+
+        _print_transfer(reports, common.console if common.console.is_terminal
+                        else Console(width=_PIPE_WIDTH))
+    for line in done:
+        (common.err_console if as_json else common.console).print(line, highlight=False,
+                                                                  markup=False)

@@ -55,7 +55,7 @@ def validate(
         s = spec.search
         common.console.print(f"[bold]{spec.name}[/] ({spec_hash(spec)}): executor {s.executor}, "
                       f"sampler {s.sampler}, pruner {s.pruner}, scheduler {s.scheduler}, "
-                      f"{'grid' if spec.scaling else s.n_trials} trials, objectives "
+                      f"{_trials_shown(spec)} trials, objectives "
                       f"{', '.join(f'{o} ({d})' for o, d in spec.objective_directions())}")
         table = Table("parameter", "kind", "domain", "when")
         for row in summary["params"]:
@@ -86,6 +86,47 @@ def validate(
         problems = grid.layout_problems(layouts)
         if problems:
             bad_input("; ".join(problems))
+    if spec.transfer is not None and not as_json:
+        _print_transfer_grid(spec)
+
+
+def _trials_shown(spec) -> str:
+    """The trial count of the header: the grid's size for scaling and transfer studies."""
+    if spec.transfer is not None:
+        from sweep.space.transfer import points
+
+        return f"{len(points(spec))} (transfer grid)"
+    return "grid" if spec.scaling else str(spec.search.n_trials)
+
+
+def _parametrization_line(spec, what: str) -> str:
+    """What the parametrization means for one tuned learning rate across ``what``."""
+    model = spec.model
+    par = model.get("parametrization", "sp")
+    if isinstance(par, str) and par in ("mup", "completep"):
+        return (f"parametrization {par} (base d_model {model.get('base_d_model')}): one tuned "
+                f"train.lr serves {what} (width_mult = d_model / base_d_model)")
+    if isinstance(par, str):
+        return (f"parametrization {par}: the best train.lr drifts with width, so one lr does "
+                f"not serve {what} equally; model.parametrization: mup with a fixed "
+                "base_d_model makes it transfer")
+    options = ", ".join(map(str, getattr(par, "options", [])))
+    return f"parametrization searched ({options}): compared side by side across {what}"
+
+
+def _print_transfer_grid(spec) -> None:
+    from sweep.space.transfer import grid_fields, points
+
+    tr = spec.transfer
+    axes = [f"{len(p.domain.options)} {p.path}" for p in spec.searched()
+            if p.path in grid_fields(spec)]
+    common.console.print(
+        f"transfer grid: widths {', '.join(map(str, tr.widths))} (d_model; n_heads = d_model / "
+        f"{tr.d_head}, d_ff = {tr.d_ff_ratio:g} d_model) x {' x '.join(axes)} = "
+        f"{len(points(spec))} trials, each trained to the end; sweep analyze transfer "
+        "reports the best lr per width", highlight=False, soft_wrap=True)
+    common.console.print(_parametrization_line(spec, "every width"), highlight=False,
+                         soft_wrap=True)
 
 
 def _inspect_corpus(spec):
@@ -173,6 +214,7 @@ def _print_grid(spec, layouts, device: str | None) -> None:
                       f"{r[METRIC_MEM_ESTIMATE] / 2**20:,.0f} MiB", est)
     common.console.print(table)
     say = common.console.print
+    say(_parametrization_line(spec, "every size of the grid"), highlight=False, soft_wrap=True)
     if sc.branches:
         total = sum(r[METRIC_N_TOKENS] for r in rows)
         trained = total - sum(r[METRIC_BRANCH_TOKENS] for r in rows)
@@ -237,6 +279,9 @@ def _load_study_spec(spec_path: str, executor: str | None = None, trials: int | 
     if trials is not None and spec.scaling is not None:
         bad_input(f"--trials {trials}: a scaling study's trials are its grid points "
                   "(scaling.budgets x scaling.sizes_per_budget); change those instead")
+    if trials is not None and spec.transfer is not None:
+        bad_input(f"--trials {trials}: a transfer study's trials are its grid points "
+                  "(transfer.widths x every choice); change those instead")
     try:
         return with_overrides(spec, executor=executor, n_trials=trials)
     except SpecError as exc:
@@ -440,6 +485,10 @@ def worker(
         bad_input(f"{spec_path}: a scaling study's grid points are queued by sweep run, budget "
                   "by budget; sweep worker would draw points of its own. Run it with sweep run "
                   "(search.parallel for more processes)")
+    if spec.transfer is not None:
+        bad_input(f"{spec_path}: a transfer study's grid points are queued by sweep run; sweep "
+                  "worker would draw points of its own. Run it with sweep run (search.parallel "
+                  "for more processes)")
     out_dir = Path(out) if out else spec.default_output_dir()
     _check_inputs(spec, out_dir, device, space=True)
     from sweep.executors import optuna as optuna_executor

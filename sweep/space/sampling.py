@@ -72,6 +72,11 @@ def _active(spec: StudySpec, param: SpecParam, values: Mapping[str, Any]) -> boo
 def _sample(trial: Any, spec: StudySpec) -> dict[str, Any]:
     """Walk the spec define-by-run; returns every active key's value (fixed ones included)."""
     values: dict[str, Any] = {}
+    if spec.transfer is not None:
+        from sweep.space import transfer
+
+        width = trial.suggest_categorical(transfer.WIDTH, list(spec.transfer.widths))
+        values.update(transfer.width_values(spec, width))
     for p in spec.params():
         if not _active(spec, p, values):
             continue
@@ -182,6 +187,14 @@ def configs_from_params(
             params.update(grid.point_values(spec, label))
         except ValueError as exc:
             raise InvalidConfig(str(exc), params) from None
+    if spec.transfer is not None:
+        from sweep.space import transfer
+
+        width = params.get(transfer.WIDTH)
+        if width not in spec.transfer.widths:
+            raise InvalidConfig(f"{transfer.WIDTH}={width!r}: not one of transfer.widths "
+                                f"{spec.transfer.widths}", params)
+        params.update(transfer.width_values(spec, width))
     by_path = {p.path: p for p in spec.params()}
     for key in params:
         if key.startswith(("model.", "train.")) and key not in by_path:
@@ -256,6 +269,10 @@ def corner_params(spec: StudySpec) -> list[dict[str, Any]]:
             from sweep.space import grid
 
             values[grid.SCALING_POINT] = grid.all_labels(spec)[end]
+        if spec.transfer is not None:
+            from sweep.space import transfer
+
+            values[transfer.WIDTH] = spec.transfer.widths[end]
         corners.append(values)
     return corners
 

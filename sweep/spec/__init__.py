@@ -1,7 +1,8 @@
 """Study specs: the YAML a user writes, validated once into a `StudySpec`.
 
 A spec has the sections ``name``, ``description``, ``data``, ``model``, ``train``, ``search``,
-``constraints``, ``resources`` and ``tracking``. In ``model`` and ``train`` every key is a
+``constraints``, ``resources`` and ``tracking``, and for a scaling or transfer study
+``scaling`` or ``transfer``. In ``model`` and ``train`` every key is a
 `ModelConfig` / `TrainConfig` field (plus the derived model keys ``preset``, ``d_head`` and
 ``d_ff_ratio``) and every value is either fixed or a domain::
 
@@ -36,6 +37,7 @@ from sweep.spec.schema import (
     SearchSpec,
     StudySpec,
     TrackingSpec,
+    TransferSpec,
 )
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "SpecParam",
     "StudySpec",
     "TrackingSpec",
+    "TransferSpec",
     "load_spec",
     "parse_spec",
     "spec_hash",

@@ -55,7 +55,8 @@ def check_resume_compatible(old_spec: Mapping[str, Any], new_spec: Mapping[str, 
     change. Nor may a float/int domain's ``step`` (stricter than Optuna, which would let the
     earlier trials' values lie off the new grid: ``d_model`` 100 under a new step of 64). A
     scaling study's ``budgets``, ``rule`` and ``ladder`` must not change either (they define
-    the choices of ``scaling.point``). Other differences (ranges, fixed values, added or
+    the choices of ``scaling.point``), nor a transfer study's ``widths``, ``d_head`` and
+    ``d_ff_ratio`` (its points' shapes). Other differences (ranges, fixed values, added or
     removed parameters) are allowed and returned as notes.
 
     Returns:
@@ -76,6 +77,18 @@ def check_resume_compatible(old_spec: Mapping[str, Any], new_spec: Mapping[str, 
             if old_sc.get(key) != new_sc.get(key):
                 raise ResumeError(f"cannot resume: scaling.{key} changed from "
                                   f"{old_sc.get(key)!r} to {new_sc.get(key)!r}, which changes "
+                                  "the grid's points; start a new study (another name or "
+                                  "folder) instead")
+    old_tr, new_tr = old_spec.get("transfer") or None, new_spec.get("transfer") or None
+    if (old_tr is None) != (new_tr is None):
+        raise ResumeError(f"cannot resume: the transfer section was "
+                          f"{'added' if new_tr else 'removed'}; start a new study instead")
+    if old_tr is not None:
+        # The widths are the choices of model.d_model; d_head and d_ff_ratio shape every point.
+        for key in ("widths", "d_head", "d_ff_ratio"):
+            if old_tr.get(key) != new_tr.get(key):
+                raise ResumeError(f"cannot resume: transfer.{key} changed from "
+                                  f"{old_tr.get(key)!r} to {new_tr.get(key)!r}, which changes "
                                   "the grid's points; start a new study (another name or "
                                   "folder) instead")
     for section in ("model", "train"):

@@ -55,6 +55,8 @@ def problems(spec: StudySpec) -> list[str]:
         found += _check_shapes(spec)
         found += _check_kv_heads(spec)
         found += _check_parametrization(spec)
+        if spec.transfer is not None:
+            found += _check_transfer(spec)
     return found
 
 
@@ -279,6 +281,45 @@ def _check_scaling(spec: StudySpec, budgets: list[str]) -> Iterator[str]:
         yield "search.objectives: a scaling study fits val_loss only; remove the others"
     if spec.scaling.branches:
         yield from _check_branches(spec)
+
+
+#: Model fields a transfer study's widths set for every trial.
+TRANSFER_OWNED_MODEL = ("preset", "d_model", "n_heads", "n_kv_heads", "d_ff", "d_head",
+                        "d_ff_ratio")
+
+
+def _check_transfer(spec: StudySpec) -> Iterator[str]:
+    """A transfer study is a grid: the widths x one shared learning-rate grid x choices."""
+    if spec.scaling is not None:
+        yield "transfer: a study is a scaling study or a transfer study, not both"
+        return
+    for name in TRANSFER_OWNED_MODEL:
+        if name in spec.model:
+            yield (f"model.{name}: a transfer study takes every width from transfer.widths "
+                   "(d_model, n_heads = d_model / transfer.d_head, d_ff from "
+                   "transfer.d_ff_ratio); remove it")
+    lr = spec.train.get("lr")
+    if not (isinstance(lr, ChoiceDomain) and len(lr.options) >= 3):
+        yield ("train.lr: a transfer study runs one learning-rate grid at every width; give "
+               "{choice: [...]} with at least 3 rates")
+    for param in spec.searched():
+        if not isinstance(param.domain, ChoiceDomain):
+            yield (f"{param.path}: a transfer study trains the product of its grids, so every "
+                   "searched field must be a {choice: [...]}")
+        elif param.when:
+            yield f"{param.path}.when: conditions are not supported in a transfer study"
+    s = spec.search
+    if "n_trials" in s.model_fields_set:
+        yield ("search.n_trials: a transfer study's trials are its grid points "
+               "(transfer.widths x every choice); remove it")
+    if s.executor != "optuna":
+        yield "search.executor: a transfer study runs on the optuna executor"
+    for name in ("pruner", "scheduler"):
+        if getattr(s, name) != "none":
+            yield (f"search.{name}: every point of a transfer grid trains to the end (a "
+                   "stopped point has no final loss to compare); use none (the default)")
+    if list(s.objectives) != [METRIC_VAL_LOSS]:
+        yield "search.objectives: a transfer study compares val_loss only; remove the others"
 
 
 def _check_branches(spec: StudySpec) -> Iterator[str]:

@@ -362,6 +362,41 @@ class ScalingSpec(_Section):
         return self
 
 
+#: The most widths a transfer study may compare.
+MAX_TRANSFER_WIDTHS = 16
+
+
+class TransferSpec(_Section):
+    """``transfer``: the same learning-rate grid at every width (hyperparameter transfer).
+
+    Every trial is one point of the grid ``widths`` x ``train.lr``'s choices x every other
+    searched field's choices (the product, each point trained once, to the end). Each width
+    sets ``d_model``, ``n_heads = d_model / d_head`` and ``d_ff = round(d_ff_ratio *
+    d_model)``; ``base_d_model`` (muP, CompleteP) stays as the model section fixes it, so the
+    widths share one base. Under muP the best learning rate should stay put across the widths
+    (Yang et al. 2022, "Tensor Programs V", sec. 1 and Figure 1); ``sweep analyze transfer``
+    measures how far it moves.
+    """
+
+    widths: list[int] = Field(min_length=2, max_length=MAX_TRANSFER_WIDTHS)
+    d_head: int = Field(default=32, gt=0)
+    d_ff_ratio: float = Field(default=4.0, gt=0, le=64, allow_inf_nan=False)
+
+    @field_validator("widths")
+    @classmethod
+    def _widths(cls, value: list[int]) -> list[int]:
+        if any(w <= 0 for w in value) or len(set(value)) != len(value):
+            raise ValueError(f"{value}: give at least 2 distinct positive widths")
+        return sorted(value)
+
+    @model_validator(mode="after")
+    def _heads(self) -> TransferSpec:
+        bad = [w for w in self.widths if w % self.d_head]
+        if bad:
+            raise ValueError(f"widths {bad} not divisible by d_head={self.d_head}")
+        return self
+
+
 #: A study name: no path separators, spaces or leading dot, as it names a folder.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -386,6 +421,7 @@ class StudySpec(BaseModel):
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     scaling: ScalingSpec | None = None
+    transfer: TransferSpec | None = None
 
     @field_validator("name")
     @classmethod
@@ -398,9 +434,10 @@ class StudySpec(BaseModel):
 
     @model_validator(mode="after")
     def _scaling_defaults(self) -> StudySpec:
-        # An IsoFLOP curve needs every size trained to its budget: no early stopping unless
-        # the spec asks for it (sweep validate then warns).
-        if self.scaling is not None:
+        # An IsoFLOP curve needs every size trained to its budget, a transfer curve every
+        # learning rate: no early stopping unless the spec asks for it (then sweep validate
+        # warns for a scaling study; the rules refuse it for a transfer study).
+        if self.scaling is not None or self.transfer is not None:
             given = self.search.model_fields_set
             update = {k: "none" for k in ("pruner", "scheduler") if k not in given}
             if update:
@@ -418,11 +455,11 @@ class StudySpec(BaseModel):
     def to_data(self) -> dict[str, Any]:
         """The spec as plain data that `parse_spec` reads back to an equal spec.
 
-        A scaling study's ``search.n_trials`` is left out: its trials are its grid points, and
-        the rules refuse the field in a scaling spec.
+        A scaling or transfer study's ``search.n_trials`` is left out: its trials are its grid
+        points, and the rules refuse the field in such a spec.
         """
         data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
-        if self.scaling is not None:
+        if self.scaling is not None or self.transfer is not None:
             data["search"].pop("n_trials", None)
         return data
 

@@ -38,6 +38,7 @@ from sweep.study.resume import (
 )
 from sweep.study.scaling import layout_notes, run_scaling
 from sweep.study.summary import finish_study
+from sweep.study.transfer import run_transfer
 from sweep.study.trial import StudyContext
 from sweep.tracking import StudyTracker
 from sweep.tracking.buffer import BUFFER_DIR, buffered_runs
@@ -274,6 +275,10 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
         total, notes = spec.search.n_trials, []
         if prior is not None:  # the progress total (re-centring may change it a little)
             total = sum(len(b.points) for b in prior)
+        if spec.transfer is not None:
+            from sweep.space.transfer import points
+
+            total = len(points(spec))
         say = _printer(console)
         study, stopped = None, None
         names = list(spec.search.objectives) if len(spec.search.objectives) > 1 else None
@@ -287,7 +292,10 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
                         _say_reconciled(reconcile(ctx), view.note)
 
                     def attempt():
-                        if spec.scaling is None:
+                        if spec.transfer is not None:
+                            found = run_transfer(executor, ctx, view, address=ray_address,
+                                                 say=None if quiet else say), []
+                        elif spec.scaling is None:
                             found = executor.run(ctx, total, view, address=ray_address), []
                         else:
                             study, layouts = run_scaling(
