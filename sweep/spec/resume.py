@@ -66,30 +66,20 @@ def check_resume_compatible(old_spec: Mapping[str, Any], new_spec: Mapping[str, 
         ResumeError: Naming the parameter and both domains (for choices, both choice lists).
     """
     notes = []
-    old_sc, new_sc = old_spec.get("scaling") or None, new_spec.get("scaling") or None
-    if (old_sc is None) != (new_sc is None):
-        raise ResumeError(f"cannot resume: the scaling section was "
-                          f"{'added' if new_sc else 'removed'}; start a new study instead")
-    if old_sc is not None:
-        # The grid points are one categorical (scaling.point) whose choices are every budget
-        # times every shape: a change there is a change of choices.
-        for key in ("budgets", "rule", "ladder"):
-            if old_sc.get(key) != new_sc.get(key):
-                raise ResumeError(f"cannot resume: scaling.{key} changed from "
-                                  f"{old_sc.get(key)!r} to {new_sc.get(key)!r}, which changes "
-                                  "the grid's points; start a new study (another name or "
-                                  "folder) instead")
-    old_tr, new_tr = old_spec.get("transfer") or None, new_spec.get("transfer") or None
-    if (old_tr is None) != (new_tr is None):
-        raise ResumeError(f"cannot resume: the transfer section was "
-                          f"{'added' if new_tr else 'removed'}; start a new study instead")
-    if old_tr is not None:
-        # The widths are the choices of model.d_model; d_head and d_ff_ratio shape every point.
-        for key in ("widths", "d_head", "d_ff_ratio"):
-            if old_tr.get(key) != new_tr.get(key):
-                raise ResumeError(f"cannot resume: transfer.{key} changed from "
-                                  f"{old_tr.get(key)!r} to {new_tr.get(key)!r}, which changes "
-                                  "the grid's points; start a new study (another name or "
+    # A scaling grid's points are one categorical (scaling.point: every budget times every
+    # shape); a transfer grid's widths are the choices of model.d_model, and d_head and
+    # d_ff_ratio shape every point: a change there is a change of the grid's points.
+    for section, keys in (("scaling", ("budgets", "rule", "ladder")),
+                          ("transfer", ("widths", "d_head", "d_ff_ratio"))):
+        old, new = old_spec.get(section) or None, new_spec.get(section) or None
+        if (old is None) != (new is None):
+            raise ResumeError(f"cannot resume: the {section} section was "
+                              f"{'added' if new else 'removed'}; start a new study instead")
+        for key in keys if old is not None else ():
+            if old.get(key) != new.get(key):
+                raise ResumeError(f"cannot resume: {section}.{key} changed from "
+                                  f"{old.get(key)!r} to {new.get(key)!r}, which changes the "
+                                  "grid's points; start a new study (another name or "
                                   "folder) instead")
     for section in ("model", "train"):
         old = {f"{section}.{k}": v for k, v in (old_spec.get(section) or {}).items()}

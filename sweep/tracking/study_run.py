@@ -55,7 +55,8 @@ from sweep.tracking.uris import absolute_uri, ensure_store, sqlite_path
 log = logging.getLogger(__name__)
 
 
-def _get_or_create_experiment(client: MlflowClient, tracking_uri: str, name: str) -> str:
+def get_or_create_experiment(client: MlflowClient, tracking_uri: str, name: str) -> str:
+    """The id of experiment ``name``, created if missing (artifacts beside a SQLite store)."""
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
@@ -152,7 +153,7 @@ class StudyTracker:
         tracking_uri = absolute_uri(tracking_uri)
         ensure_store(tracking_uri)
         client = MlflowClient(tracking_uri)
-        experiment_id = _get_or_create_experiment(client, tracking_uri, study_name)
+        experiment_id = get_or_create_experiment(client, tracking_uri, study_name)
         spec = _plain(spec)
         digest = spec_hash or _digest(spec)
         parent = latest_parent(client, experiment_id) if resume else None

@@ -32,8 +32,9 @@ from sweep.schema import (
     retrain_run_name,
 )
 from sweep.tracking.owner import current_owner
+from sweep.tracking.study_run import get_or_create_experiment
 from sweep.tracking.trial_run import TrialRun
-from sweep.tracking.uris import absolute_uri, ensure_store, sqlite_path
+from sweep.tracking.uris import absolute_uri, ensure_store
 
 __all__ = ["RetrainOf", "start_train_run"]
 
@@ -43,15 +44,6 @@ class RetrainOf:
 
     def __init__(self, experiment_id: str, trial: int, run_id: str) -> None:
         self.experiment_id, self.trial, self.run_id = experiment_id, trial, run_id
-
-
-def _train_experiment(client: MlflowClient, tracking_uri: str) -> str:
-    experiment = client.get_experiment_by_name(TRAIN_EXPERIMENT)
-    if experiment is not None:
-        return experiment.experiment_id
-    path = sqlite_path(tracking_uri)
-    location = (path.parent.resolve() / "mlartifacts").as_uri() if path is not None else None
-    return client.create_experiment(TRAIN_EXPERIMENT, artifact_location=location)
 
 
 def start_train_run(tracking_uri: str, params: Mapping[str, Any],
@@ -80,7 +72,8 @@ def start_train_run(tracking_uri: str, params: Mapping[str, Any],
         experiment_id, name = retrain_of.experiment_id, retrain_run_name(retrain_of.trial)
         tags.update({TAG_RETRAIN_OF: str(retrain_of.trial), TAG_RETRAIN_OF_RUN: retrain_of.run_id})
     else:
-        experiment_id, name = _train_experiment(client, tracking_uri), TRAIN_RUN_NAME
+        experiment_id = get_or_create_experiment(client, tracking_uri, TRAIN_EXPERIMENT)
+        name = TRAIN_RUN_NAME
     run = client.create_run(experiment_id, tags=tags, run_name=name)
     number = retrain_of.trial if retrain_of is not None else -1
     train_run = TrialRun(client, run.info.run_id, number)
