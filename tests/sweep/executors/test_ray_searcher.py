@@ -163,7 +163,7 @@ def test_a_trial_that_raises_outside_its_run_records_the_exception(tmp_path):
     from sweep.tracking import StudyTracker, default_tracking_uri
 
     spec = faulty_spec("ray", 0)
-    tracker = StudyTracker.start(default_tracking_uri(tmp_path), spec.name, spec,
+    tracker = StudyTracker.start(default_tracking_uri(tmp_path), spec.name, spec.to_data(),
                                  executor="ray", algorithm="random+asha")
     ctx = StudyContext(spec, tmp_path, tracker.context)
 
