@@ -67,7 +67,7 @@ def test_sweep_run_in_a_log_prints_heartbeats(tmp_path):
 name: beats
 data: synthetic:markov?order=1&vocab=8&seed=0&tokens=20000
 model: {seq_len: 16, d_model: 16, n_heads: 2, n_layers: 1}
-train: {steps: 40, batch_size: 4, eval_tokens: 64, device: cpu,
+train: {steps: 400, batch_size: 4, eval_tokens: 64, device: cpu,
         lr: {float: [1.0e-3, 1.0e-2], log: true}}
 search: {executor: optuna, sampler: random, pruner: none, n_trials: 1}
 """)
