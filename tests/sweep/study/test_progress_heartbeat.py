@@ -1,13 +1,15 @@
 """Progress without a terminal: heartbeat lines; PBT changes shown as the summary shows them."""
 
 import io
+import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
-from typer.testing import CliRunner
 
-from sweep.cli import app
 from sweep.schema import TrialState
 from sweep.study.progress import ProgressView, TrialRow, format_params
 
@@ -71,9 +73,13 @@ train: {steps: 400, batch_size: 4, eval_tokens: 64, device: cpu,
         lr: {float: [1.0e-3, 1.0e-2], log: true}}
 search: {executor: optuna, sampler: random, pruner: none, n_trials: 1}
 """)
-    result = CliRunner().invoke(app, ["run", str(tmp_path / "spec.yaml"), "--out",
-                                      str(tmp_path / "out"), "--progress-every", "0.2"])
-    assert result.exit_code == 0, result.output
+    # In a process of its own, its output a pipe (no terminal), as under a scheduler.
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[3])
+    result = subprocess.run([sys.executable, "-m", "sweep.cli", "run", str(tmp_path / "spec.yaml"),
+                             "--out", str(tmp_path / "out"), "--progress-every", "0.2"],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
     beats = [line for line in result.stdout.splitlines() if re.match(r"^\[ *\d+m\d\ds\] ", line)]
     assert beats, result.stdout
     assert any("running: trial 0 (tokens" in line for line in beats), beats
