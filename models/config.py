@@ -68,8 +68,10 @@ ENCODER_DECODER_FIELDS = ("arch", "n_encoder_layers", "n_decoder_layers", "src_l
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
-    """Shape and options of a decoder-only (``causal=True``), encoder (``causal=False``) or
-    encoder-decoder (``arch="encoder_decoder"``) model.
+    """Shape and options of a decoder-only, encoder or encoder-decoder model.
+
+    Decoder-only: ``causal=True``; encoder: ``causal=False``; encoder-decoder:
+    ``arch="encoder_decoder"``.
 
     Attributes:
         arch: ``decoder_only`` (the default: one stack of ``n_layers`` blocks, causal or not)

@@ -89,8 +89,10 @@ class PreNormDecoderBlock(DecoderBlock):
 
 
 class PostNormDecoderBlock(DecoderBlock):
-    """``ln_1(x + attn(x))``, ``ln_cross(x + cross_attn(x, memory))``, ``ln_2(x + mlp(x))``
-    (Vaswani et al. 2017, fig. 1)."""
+    """Post-norm (Vaswani et al. 2017, fig. 1).
+
+    ``ln_1(x + attn(x))``, ``ln_cross(x + cross_attn(x, memory))``, ``ln_2(x + mlp(x))``.
+    """
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
         x = self.ln_1(x + self.drop(self.attn(x)))

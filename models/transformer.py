@@ -323,8 +323,10 @@ class Transformer(LanguageModel):
 
 def build_model(config: ModelConfig,
                 device: torch.device | str | None = None) -> LanguageModel:
-    """Build the model of ``config`` on ``device``: a `Transformer`, or for
-    ``arch="encoder_decoder"`` a `models.encoder_decoder.EncoderDecoder`.
+    """Build the model of ``config`` on ``device``.
+
+    A `Transformer`, or for ``arch="encoder_decoder"`` a
+    `models.encoder_decoder.EncoderDecoder`.
 
     Args:
         config: A validated model config.

@@ -17,9 +17,9 @@ from sweep.data.corpus import SCHEMES
 from sweep.schema import COST_METRICS, METRIC_VAL_LOSS
 from sweep.train.config import LIVE_HPARAMS
 
-__all__ = ["ARCH_FIELDS", "DATA_SCHEMES", "DERIVED_MODEL_KEYS", "FIELD_RULES", "MAX_TOKENS", "OBJECTIVES",
-           "PARAMETRIZATION_FIELDS", "PBT_MUTABLE", "RDB_SCHEMES", "SHAPE_FIELDS", "Rule",
-           "show_number"]
+__all__ = ["ARCH_FIELDS", "DATA_SCHEMES", "DERIVED_MODEL_KEYS", "FIELD_RULES", "MAX_TOKENS",
+           "OBJECTIVES", "PARAMETRIZATION_FIELDS", "PBT_MUTABLE", "RDB_SCHEMES", "SHAPE_FIELDS",
+           "Rule", "show_number"]
 
 #: Model keys a spec may give that are not `ModelConfig` fields: ``preset`` (a preset's
 #: fields), ``d_head`` (``n_heads = d_model / d_head``), ``d_ff_ratio`` (``d_ff``), with the
