@@ -12,6 +12,10 @@ Backends, with identical outputs (within float rounding):
   (FlexAttention has no CPU backward). FlexAttention applies no dropout to the attention
   weights.
 
+`CrossAttention` (Vaswani et al. 2017, sec. 3.2.3, "encoder-decoder attention") takes its
+queries from the decoder and its keys and values from the encoder output, over every source
+position (no mask), with the same temperature, scale and key/value grouping.
+
 The temperature tau is folded into the softmax scale: scale = 1 / (sqrt(d_head) * tau), or
 1 / (d_head * tau) under muP and CompleteP (`models.parametrization.attn_scale`).
 
@@ -41,6 +45,7 @@ from models.parametrization import attn_scale
 from models.patterns import AttnLayout
 
 __all__ = [
+    "CrossAttention",
     "RotaryEmbedding",
     "SelfAttention",
     "SparseMask",
@@ -176,6 +181,8 @@ class SelfAttention(nn.Module):
             layer builds its own.
         mask: The model's shared `SparseMask` for sparse patterns; ``None``: the layer builds
             its own.
+        causal: Overrides ``config.causal`` (an encoder-decoder model's encoder layers are
+            bidirectional, its decoder layers causal).
     """
 
     def __init__(
@@ -183,6 +190,8 @@ class SelfAttention(nn.Module):
         config: ModelConfig,
         rope: RotaryEmbedding | None = None,
         mask: SparseMask | None = None,
+        *,
+        causal: bool | None = None,
     ) -> None:
         super().__init__()
         self.config = config
@@ -201,7 +210,7 @@ class SelfAttention(nn.Module):
         if not dense and mask is None:
             mask = SparseMask(config.attn_layout)
         self.sparse_mask = None if dense else mask
-        self.causal = config.causal
+        self.causal = config.causal if causal is None else causal
         self.backend = config.attn_backend
         # FlexAttention runs for sparse patterns only: "auto" picks it on CUDA, "flex" anywhere.
         self._flex_on_cuda = not dense and self.backend in ("auto", "flex")
@@ -268,4 +277,56 @@ class SelfAttention(nn.Module):
                 scale=self.scale, **gqa
             )
         # Fused kernels lay y out as (B, T, H, q): the reshape is then a view, not a copy.
+        return self.c_proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class CrossAttention(nn.Module):
+    """Attention of decoder queries over encoder keys and values (Vaswani et al. 2017, 3.2.3).
+
+    ``c_q`` is Linear(d, d) on the decoder stream, ``c_kv`` Linear(d, 2 d_kv) on the encoder
+    output (d_kv = n_kv_heads * d_head: grouped-query attention groups the encoder's key/value
+    heads as `SelfAttention` does), ``c_proj`` Linear(d, d). Every query meets every source
+    position (no mask, no position rotation: positions enter through each stack's own
+    self-attention). Always SDPA: with no mask there is nothing for FlexAttention to skip.
+
+    Args:
+        config: The model config.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.n_heads = config.n_heads
+        self.n_kv_heads = config.n_kv_heads
+        self.d_head = config.d_head
+        self._gqa = self.n_kv_heads != self.n_heads
+        self.c_q = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.c_kv = nn.Linear(config.d_model, 2 * config.d_kv, bias=config.bias)
+        self.c_proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.dropout = config.dropout
+        self.set_temperature(config.attn_temperature)
+
+    def set_temperature(self, tau: float) -> None:
+        """Set tau; the softmax scale becomes 1 / (sqrt(d_head) * tau) (muP: 1 / (d_head * tau))."""
+        self.scale = attn_scale(self.config, tau)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        """Attend from the decoder stream to the encoder output.
+
+        Args:
+            x: Decoder stream ``(B, T_dec, d_model)``.
+            memory: Encoder output ``(B, T_enc, d_model)``.
+
+        Returns:
+            ``(B, T_dec, d_model)``.
+        """
+        b, t, d = x.shape
+        s = memory.shape[1]
+        q = self.c_q(x).view(b, t, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T_dec, q)
+        k, v = self.c_kv(memory).split(self.n_kv_heads * self.d_head, dim=-1)
+        k = k.view(b, s, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, H_kv, T_enc, q)
+        v = v.view(b, s, self.n_kv_heads, self.d_head).transpose(1, 2)
+        gqa = {"enable_gqa": True} if self._gqa else {}
+        dropout_p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=self.scale, **gqa)
         return self.c_proj(y.transpose(1, 2).reshape(b, t, d))

@@ -23,6 +23,7 @@ from models.errors import ConfigError, check_choice, reject_unknown
 
 __all__ = [
     "ACTIVATIONS",
+    "ARCHS",
     "ATTN_BACKENDS",
     "ATTN_PATTERNS",
     "CHOICE_FIELDS",
@@ -30,7 +31,9 @@ __all__ = [
     "NORM_POSITIONS",
     "PARAMETRIZATIONS",
     "POS_ENCODINGS",
+    "ENCODER_DECODER_FIELDS",
     "Activation",
+    "Arch",
     "AttnBackend",
     "AttnPattern",
     "ConfigError",
@@ -41,6 +44,7 @@ __all__ = [
     "PosEncoding",
 ]
 
+Arch = Literal["decoder_only", "encoder_decoder"]
 AttnPattern = Literal["dense", "local", "strided", "block_sparse"]
 AttnBackend = Literal["auto", "sdpa", "flex"]
 Norm = Literal["layernorm", "rmsnorm"]
@@ -49,6 +53,7 @@ Activation = Literal["relu", "gelu", "swiglu"]
 PosEncoding = Literal["learned", "sinusoidal", "rope", "none"]
 Parametrization = Literal["sp", "mup", "completep"]
 
+ARCHS: tuple[str, ...] = get_args(Arch)
 ATTN_PATTERNS: tuple[str, ...] = get_args(AttnPattern)
 ATTN_BACKENDS: tuple[str, ...] = get_args(AttnBackend)
 NORMS: tuple[str, ...] = get_args(Norm)
@@ -56,13 +61,38 @@ NORM_POSITIONS: tuple[str, ...] = get_args(NormPosition)
 ACTIVATIONS: tuple[str, ...] = get_args(Activation)
 POS_ENCODINGS: tuple[str, ...] = get_args(PosEncoding)
 PARAMETRIZATIONS: tuple[str, ...] = get_args(Parametrization)
+#: The fields of encoder-decoder models: left out of a decoder-only config's `to_dict`, so its
+#: dict (MLflow params, checkpoint and trunk keys) is what it was before they existed.
+ENCODER_DECODER_FIELDS = ("arch", "n_encoder_layers", "n_decoder_layers", "src_len")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
-    """Shape and options of a decoder-only (``causal=True``) or encoder (``causal=False``) model.
+    """Shape and options of a decoder-only, encoder or encoder-decoder model.
+
+    Decoder-only: ``causal=True``; encoder: ``causal=False``; encoder-decoder:
+    ``arch="encoder_decoder"``.
 
     Attributes:
+        arch: ``decoder_only`` (the default: one stack of ``n_layers`` blocks, causal or not)
+            or ``encoder_decoder`` (Vaswani et al. 2017, sec. 3.1 and 3.2.3: an encoder of
+            bidirectional self-attention and FFN blocks over the source, and a decoder whose
+            blocks are causal self-attention, cross-attention over the encoder output and the
+            FFN, over the target). An encoder-decoder model reads each window of ``seq_len``
+            tokens as ``src_len`` source tokens followed by ``tgt_len = seq_len - src_len``
+            decoder-input tokens, and its loss is on the target part only
+            (`models.encoder_decoder`). It needs ``causal=True`` (the decoder's self-attention),
+            ``attn_pattern="dense"`` and a parametrization other than ``completep`` (whose
+            depth multiplier has one stack in mind).
+        n_encoder_layers: Encoder blocks (``encoder_decoder`` only); ``None`` means
+            ``n_layers``, resolved on construction: each stack has ``n_layers`` blocks unless
+            given its own depth (Vaswani et al. 2017 use N = 6 for both). Must be unset
+            (``None``) for ``decoder_only``.
+        n_decoder_layers: Decoder blocks (``encoder_decoder`` only); ``None`` means
+            ``n_layers``, as ``n_encoder_layers``.
+        src_len: Source tokens S at the start of each window (``encoder_decoder`` only), in
+            [1, seq_len - 1]; ``None`` means ``seq_len // 2``, resolved on construction. Must
+            be unset for ``decoder_only``.
         vocab_size: Number of token ids V; logits have shape ``(B, T, V)``.
         seq_len: Context length T (also the size of a learned position table).
         d_model: Residual-stream width d.
@@ -72,7 +102,9 @@ class ModelConfig:
             by it. ``1`` is multi-query attention (Shazeer 2019); ``None`` means ``n_heads``
             (multi-head attention, the fused QKV projection of shape ``(3d, d)``), resolved on
             construction as ``d_ff`` is; `replace` with another ``n_heads`` keeps it so.
-        n_layers: Transformer blocks L.
+        n_layers: Transformer blocks L of a decoder-only model; of an encoder-decoder model,
+            the depth of each stack not given its own (``n_encoder_layers``,
+            ``n_decoder_layers``).
         d_ff: Hidden width of the feed-forward block; ``None`` means ``4 * d_model``. With
             ``activation="swiglu"`` it is the width of each of the two input projections.
         attn_temperature: tau in softmax(Q K^T / (sqrt(q) * tau)); must be > 0.
@@ -144,6 +176,10 @@ class ModelConfig:
     base_d_model: int | None = None
     base_n_layers: int | None = None
     completep_alpha: float = 1.0
+    arch: Arch = "decoder_only"
+    n_encoder_layers: int | None = None
+    n_decoder_layers: int | None = None
+    src_len: int | None = None
     _layout: patterns.AttnLayout | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -153,6 +189,10 @@ class ModelConfig:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
+        if self.arch == "encoder_decoder":
+            for name, default in _STACK_DEFAULTS.items():
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, default(self))
         self._validate()
         layout = patterns.derive_layout(
             self.attn_pattern,
@@ -213,6 +253,33 @@ class ModelConfig:
             if not isinstance(v, bool):
                 raise ConfigError(f"{name}={v!r} must be true or false")
         self._validate_parametrization(is_int, is_num)
+        self._validate_arch(is_int)
+
+    def _validate_arch(self, is_int) -> None:
+        if self.arch != "encoder_decoder":
+            for name in ("n_encoder_layers", "n_decoder_layers", "src_len"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(f"{name}={getattr(self, name)!r} needs "
+                                      "arch='encoder_decoder'")
+            return
+        for name in ("n_encoder_layers", "n_decoder_layers", "src_len"):
+            v = getattr(self, name)
+            if not is_int(v) or v <= 0:
+                raise ConfigError(f"{name}={v!r} must be a positive integer")
+        if self.src_len >= self.seq_len:
+            raise ConfigError(
+                f"src_len={self.src_len} must be below seq_len={self.seq_len} (the window is "
+                "src_len source tokens, then seq_len - src_len target tokens)"
+            )
+        if not self.causal:
+            raise ConfigError("causal=False: arch='encoder_decoder' needs causal=True (the "
+                              "decoder's self-attention is causal; the encoder's never is)")
+        if self.attn_pattern != "dense":
+            raise ConfigError(f"attn_pattern={self.attn_pattern!r}: arch='encoder_decoder' "
+                              "supports only dense attention")
+        if self.parametrization == "completep":
+            raise ConfigError("parametrization='completep': arch='encoder_decoder' supports sp "
+                              "and mup (CompleteP's depth multiplier is defined for one stack)")
 
     def _validate_parametrization(self, is_int, is_num) -> None:
         for name in ("base_d_model", "base_n_layers"):
@@ -245,6 +312,11 @@ class ModelConfig:
         return self.n_kv_heads * self.d_head
 
     @property
+    def tgt_len(self) -> int | None:
+        """Target tokens seq_len - src_len of an encoder-decoder window; ``None`` otherwise."""
+        return None if self.src_len is None else self.seq_len - self.src_len
+
+    @property
     def attn_layout(self) -> patterns.AttnLayout:
         """The attention pattern's derived size and the sparsity it achieves."""
         assert self._layout is not None
@@ -254,9 +326,14 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """Flat dict of plain values (str, int, float, bool; ``None`` for an unset base shape).
 
-        `from_dict` inverts it.
+        A decoder-only config leaves out `ENCODER_DECODER_FIELDS` (all at their defaults), so
+        its dict is the same as before encoder-decoder models existed. `from_dict` inverts it.
         """
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        if self.arch == "decoder_only":
+            for name in ENCODER_DECODER_FIELDS:
+                del out[name]
+        return out
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -290,14 +367,31 @@ class ModelConfig:
         """A copy with some fields changed (validated again).
 
         A multi-head config stays multi-head: a new ``n_heads`` without a new ``n_kv_heads``
-        moves ``n_kv_heads`` with it (a grouped-query config keeps its ``n_kv_heads``).
+        moves ``n_kv_heads`` with it (a grouped-query config keeps its ``n_kv_heads``). So do
+        an encoder-decoder model's defaults: a stack whose depth is ``n_layers`` follows a new
+        ``n_layers``, and a ``src_len`` of ``seq_len // 2`` a new ``seq_len``. Changing
+        ``arch`` to ``decoder_only`` drops the encoder-decoder fields.
         """
         values = self.to_dict()
         if "n_heads" in changes and "n_kv_heads" not in changes \
                 and self.n_kv_heads == self.n_heads:
             values["n_kv_heads"] = None
+        if self.arch == "encoder_decoder":
+            for name, default in _STACK_DEFAULTS.items():
+                if name not in changes and values[name] == default(self):
+                    values[name] = None
+            if changes.get("arch") == "decoder_only":
+                for name in ENCODER_DECODER_FIELDS[1:]:
+                    values.pop(name)
         return self.from_dict({**values, **changes})
 
+
+#: The encoder-decoder fields resolved on construction when unset, with their defaults.
+_STACK_DEFAULTS = {
+    "n_encoder_layers": lambda c: c.n_layers,
+    "n_decoder_layers": lambda c: c.n_layers,
+    "src_len": lambda c: c.seq_len // 2,
+}
 
 #: Field name -> allowed values, for every field annotated with a ``Literal`` (field order).
 CHOICE_FIELDS: dict[str, tuple[str, ...]] = {

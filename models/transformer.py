@@ -31,12 +31,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import parametrization
-from models.attention import RotaryEmbedding, SelfAttention, SparseMask
+from models.attention import CrossAttention, RotaryEmbedding, SelfAttention, SparseMask
 from models.config import ModelConfig
 
 __all__ = [
     "MLP",
     "Block",
+    "LanguageModel",
     "PostNormBlock",
     "PreNormBlock",
     "Scale",
@@ -174,7 +175,80 @@ class SinusoidalEmbedding(nn.Module):
         return self.table[pos]
 
 
-class Transformer(nn.Module):
+class LanguageModel(nn.Module):
+    """What every model of `build_model` shares: parameter roles, counts and live changes.
+
+    Subclasses set ``self.config`` and build their modules; `Transformer` (decoder-only) and
+    `models.encoder_decoder.EncoderDecoder`.
+    """
+
+    @staticmethod
+    def _init_weights(module: nn.Module, stds: dict[int, float]) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=stds[id(module.weight)])
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def param_roles(self) -> list[tuple[str, nn.Parameter, str]]:
+        """Every parameter with its role in `models.parametrization` (``ROLES``).
+
+        Returns:
+            ``(name, parameter, role)`` in ``named_parameters`` order, a tied output projection
+            once, as the token embedding (``wte.weight``, role ``embedding``). Roles: ``wte``
+            and ``wpe`` are ``embedding``, an untied ``lm_head`` is ``readout``, ``ln_f`` (and
+            an encoder-decoder model's ``ln_enc``) is ``final_norm``; in the blocks the
+            ``c_proj`` weights are ``hidden_out``, the other matrices ``hidden`` and the biases
+            and norms ``hidden_vector``.
+        """
+        out = []
+        for name, p in self.named_parameters():
+            if name.startswith(("wte.", "wpe.")):
+                role = "embedding"
+            elif name.startswith("lm_head."):
+                role = "readout"
+            elif name.startswith(("ln_f.", "ln_enc.")):
+                role = "final_norm"
+            elif name.endswith("c_proj.weight"):
+                role = "hidden_out"
+            elif p.ndim == 2:
+                role = "hidden"
+            else:
+                role = "hidden_vector"
+            out.append((name, p, role))
+        return out
+
+    def num_params(self) -> int:
+        """Number of parameters, shared (tied) tensors counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+    def set_attn_temperature(self, tau: float) -> None:
+        """Change the attention temperature of every layer in place (population-based training).
+
+        Shapes and weights are untouched.
+
+        Raises:
+            ConfigError: If ``tau`` is not a number > 0.
+        """
+        self.config = self.config.replace(attn_temperature=tau)
+        for module in self.modules():
+            if isinstance(module, (SelfAttention, CrossAttention)):
+                module.set_temperature(tau)
+
+    def set_dropout(self, p: float) -> None:
+        """Change the dropout probability everywhere in place.
+
+        Raises:
+            ConfigError: If ``p`` is outside [0, 1).
+        """
+        self.config = self.config.replace(dropout=p)
+        for module in self.modules():
+            if isinstance(module, nn.Dropout):
+                module.p = p
+            elif isinstance(module, (SelfAttention, CrossAttention)):
+                module.dropout = p
+
+
+class Transformer(LanguageModel):
     """Language model over token ids.
 
     ``forward(idx)`` maps ``(B, T)`` int64 token ids (T <= seq_len) to logits
@@ -223,73 +297,10 @@ class Transformer(nn.Module):
             nn.init.normal_(block.attn.c_proj.weight, mean=0.0, std=residual_std)
             nn.init.normal_(block.mlp.c_proj.weight, mean=0.0, std=residual_std)
 
-    @staticmethod
-    def _init_weights(module: nn.Module, stds: dict[int, float]) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=stds[id(module.weight)])
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
-
-    def param_roles(self) -> list[tuple[str, nn.Parameter, str]]:
-        """Every parameter with its role in `models.parametrization` (``ROLES``).
-
-        Returns:
-            ``(name, parameter, role)`` in ``named_parameters`` order, a tied output projection
-            once, as the token embedding (``wte.weight``, role ``embedding``). Roles: ``wte``
-            and ``wpe`` are ``embedding``, an untied ``lm_head`` is ``readout``, ``ln_f`` is
-            ``final_norm``; in the blocks the ``c_proj`` weights are ``hidden_out``, the other
-            matrices ``hidden`` and the biases and norms ``hidden_vector``.
-        """
-        out = []
-        for name, p in self.named_parameters():
-            if name.startswith(("wte.", "wpe.")):
-                role = "embedding"
-            elif name.startswith("lm_head."):
-                role = "readout"
-            elif name.startswith("ln_f."):
-                role = "final_norm"
-            elif name.endswith("c_proj.weight"):
-                role = "hidden_out"
-            elif p.ndim == 2:
-                role = "hidden"
-            else:
-                role = "hidden_vector"
-            out.append((name, p, role))
-        return out
-
     @property
     def attn_mask(self) -> torch.Tensor | None:
         """The bool ``(seq_len, seq_len)`` keep-mask of a sparse pattern; ``None`` if dense."""
         return None if self.sparse_mask is None else self.sparse_mask.mask
-
-    def num_params(self) -> int:
-        """Number of parameters, shared (tied) tensors counted once."""
-        return sum(p.numel() for p in self.parameters())
-
-    def set_attn_temperature(self, tau: float) -> None:
-        """Change the attention temperature of every layer in place (population-based training).
-
-        Shapes and weights are untouched.
-
-        Raises:
-            ConfigError: If ``tau`` is not a number > 0.
-        """
-        self.config = self.config.replace(attn_temperature=tau)
-        for block in self.blocks:
-            block.attn.set_temperature(tau)
-
-    def set_dropout(self, p: float) -> None:
-        """Change the dropout probability everywhere in place.
-
-        Raises:
-            ConfigError: If ``p`` is outside [0, 1).
-        """
-        self.config = self.config.replace(dropout=p)
-        for module in self.modules():
-            if isinstance(module, nn.Dropout):
-                module.p = p
-            elif isinstance(module, SelfAttention):
-                module.dropout = p
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         t = idx.shape[1]
@@ -310,8 +321,12 @@ class Transformer(nn.Module):
         return logits, loss
 
 
-def build_model(config: ModelConfig, device: torch.device | str | None = None) -> Transformer:
+def build_model(config: ModelConfig,
+                device: torch.device | str | None = None) -> LanguageModel:
     """Build the model of ``config`` on ``device``.
+
+    A `Transformer`, or for ``arch="encoder_decoder"`` a
+    `models.encoder_decoder.EncoderDecoder`.
 
     Args:
         config: A validated model config.
@@ -319,9 +334,14 @@ def build_model(config: ModelConfig, device: torch.device | str | None = None) -
             parameters of large models without memory). ``None``: the default device.
 
     Returns:
-        A `Transformer` in training mode.
+        The model, in training mode.
     """
+    cls: type[LanguageModel] = Transformer
+    if config.arch == "encoder_decoder":
+        from models.encoder_decoder import EncoderDecoder  # it builds on this module's blocks
+
+        cls = EncoderDecoder
     if device is None:
-        return Transformer(config)
+        return cls(config)
     with torch.device(device):
-        return Transformer(config)
+        return cls(config)

@@ -417,6 +417,9 @@ def cost_metrics(estimate: Any) -> dict[str, float]:
     ``flops_per_token`` is the forward count over the kept query-key pairs,
     ``flops_per_token_dense`` the dense-attention forward count (nanoGPT/PaLM convention),
     ``flops_per_token_train`` forward + backward, ``mem_estimate_bytes`` the training total;
+    for an encoder-decoder model (``model.arch=encoder_decoder``) a token is any token of the
+    window, source or target (a window's FLOPs over ``seq_len``, as ``tokens`` counts them),
+    and ``val_loss`` is per target token (`models.cost.flops`, `models.encoder_decoder`);
     ``mem_estimate_bytes`` is nan for an estimate without a memory breakdown.
     """
     memory = getattr(estimate, "memory", None)

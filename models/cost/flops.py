@@ -17,6 +17,21 @@ softmax, activations and embedding lookups are not counted.
   (2N + 2*L*T*d forward, N non-embedding) charges half this attention term and no output
   projection.
 
+Encoder-decoder models (``arch="encoder_decoder"``): a token is a position of the window,
+source or target, so FLOPs per token are the FLOPs of one window of T = S + T_dec tokens
+divided by T (S = src_len source tokens, T_dec = T - S target tokens): the trainer counts
+tokens the same way (batch_size * seq_len a step), so FLOPs per token times tokens trained is
+the training compute. Per window: each encoder layer's projections and MLP on S tokens and its
+bidirectional attention over S^2 pairs; each decoder layer's self-attention projections and
+MLP on T_dec tokens, its causal attention over T_dec (T_dec + 1) / 2 pairs, and its
+cross-attention (Vaswani et al. 2017, sec. 3.2.3): the query and output projections on T_dec
+tokens, the key and value projection Linear(d, 2 d_kv) on the S encoder outputs, and
+QK^T and AV over T_dec * S pairs (queries T_dec, keys S); the output projection on T_dec tokens
+only. The dense convention generalises 2N: 2 FLOPs per parameter for each token that
+parameter multiplies (encoder parameters on S tokens, the cross-attention's keys and values on
+S, the rest of the decoder and the output projection on T_dec), plus attention over every
+pair, the decoder's causal mask ignored.
+
 Training is 3 x forward in both: the backward pass computes the gradients of each matmul's
 input and weight, two matmuls of the forward's size (Kaplan et al. 2020, sec. 2.1). Recomputation
 (e.g. the scores a flash-attention backward recomputes) is not counted, as in torchtitan's
@@ -27,7 +42,14 @@ from __future__ import annotations
 
 from models import patterns
 from models.config import ModelConfig
-from models.cost.params import dense_convention_params, n_mlp_inputs, qkv_width
+from models.cost.params import (
+    block_params,
+    cross_attn_params,
+    dense_convention_params,
+    n_mlp_inputs,
+    norm_params,
+    qkv_width,
+)
 from models.errors import ConfigError
 from models.patterns import AttnLayout
 
@@ -35,6 +57,7 @@ __all__ = [
     "TRAIN_FLOPS_PER_FORWARD_FLOP",
     "attention_pairs",
     "dense_forward_flops_per_token",
+    "encoder_decoder_pairs",
     "flops_per_token",
     "forward_flops_per_token",
 ]
@@ -65,21 +88,85 @@ def attention_pairs(layout: AttnLayout, seq_len: int | None = None) -> int:
     )
 
 
+def encoder_decoder_pairs(config: ModelConfig, seq_len: int | None = None) -> dict[str, int]:
+    """Query-key pairs per head of an encoder-decoder model's three attentions on one window.
+
+    Args:
+        config: An ``arch="encoder_decoder"`` model.
+        seq_len: Window length T (S = src_len < T <= config.seq_len); ``None``: the config's.
+
+    Returns:
+        ``encoder`` S^2 (bidirectional), ``decoder`` T_dec (T_dec + 1) / 2 (causal) and
+        ``cross`` T_dec * S (queries T_dec, keys S), with T_dec = T - S.
+
+    Raises:
+        ConfigError: If ``seq_len`` leaves no target token or exceeds the config's.
+    """
+    t = config.seq_len if seq_len is None else seq_len
+    s = config.src_len
+    if not s < t <= config.seq_len:
+        raise ConfigError(f"seq_len={t} must be in [{s + 1}, {config.seq_len}] (src_len={s} "
+                          "source tokens and at least one target token)")
+    t_dec = t - s
+    return {"encoder": s * s, "decoder": t_dec * (t_dec + 1) // 2, "cross": t_dec * s}
+
+
+def _layer_flops(config: ModelConfig) -> tuple[int, int, int]:
+    """Per token: the fused QKV projection, the attention output projection and the MLP."""
+    d, f = config.d_model, config.d_ff
+    qkv = 2 * d * qkv_width(config)  # fused QKV projection Linear(d, d + 2 d_kv); MHA: 3d
+    attn_out = 2 * d * d  # attention output projection Linear(d, d)
+    mlp = 2 * (n_mlp_inputs(config) + 1) * d * f  # Linear(d, f) (SwiGLU: two) + Linear(f, d)
+    return qkv, attn_out, mlp
+
+
+def _encoder_decoder_forward_flops(config: ModelConfig, seq_len: int, *, dense: bool) -> float:
+    """Forward FLOPs per token of an encoder-decoder window (module docstring)."""
+    d, v, d_kv = config.d_model, config.vocab_size, config.d_kv
+    pairs = encoder_decoder_pairs(config, seq_len)
+    s, t_dec = config.src_len, seq_len - config.src_len
+    n_enc, n_dec = config.n_encoder_layers, config.n_decoder_layers
+    if dense:
+        pairs["decoder"] = t_dec * t_dec  # the causal mask ignored
+        kv = 2 * d * d_kv + (2 * d_kv if config.bias else 0)  # cross keys and values
+        head = dense_convention_params(config) - n_enc * block_params(config) \
+            - n_dec * (block_params(config) + norm_params(config) + cross_attn_params(config))
+        enc_norm = norm_params(config) if config.norm_position == "pre" else 0
+        # head: the output projection (the tied embedding, or the untied head) and ln_f
+        weights = 2 * (s * (n_enc * block_params(config) + enc_norm + n_dec * kv)
+                       + t_dec * (n_dec * (block_params(config) + norm_params(config)
+                                           + cross_attn_params(config) - kv)
+                                  + head - enc_norm))
+    else:
+        qkv, attn_out, mlp = _layer_flops(config)
+        cross_proj = 2 * (2 * d * d)  # cross-attention queries Linear(d, d) and output
+        cross_kv = 2 * d * 2 * d_kv  # keys and values Linear(d, 2 d_kv) of an encoder output
+        weights = (n_enc * s * (qkv + attn_out + mlp)
+                   + n_dec * (t_dec * (qkv + attn_out + mlp + cross_proj) + s * cross_kv)
+                   + t_dec * 2 * d * v)  # output projection on the target tokens only
+    # QK^T and AV: 4*d FLOPs per pair over the H query heads (GQA included, as below)
+    attention = 4 * d * (n_enc * pairs["encoder"] + n_dec * (pairs["decoder"] + pairs["cross"]))
+    return float(weights + attention) / seq_len
+
+
 def forward_flops_per_token(config: ModelConfig, seq_len: int, kept_pairs: int) -> float:
     """Forward FLOPs per token of the matmuls the model runs, over the pairs the mask keeps.
 
     Args:
         config: The model.
         seq_len: Tokens per sequence T.
-        kept_pairs: Query-key pairs the mask keeps per head on T positions (`attention_pairs`).
+        kept_pairs: Query-key pairs the mask keeps per head on T positions (`attention_pairs`);
+            not used for an encoder-decoder model, whose pairs follow from ``src_len``
+            (`encoder_decoder_pairs`).
 
     Returns:
-        FLOPs per token (module docstring: what is counted).
+        FLOPs per token (module docstring: what is counted; for an encoder-decoder model, per
+        source or target token of the window).
     """
-    d, f, v = config.d_model, config.d_ff, config.vocab_size
-    qkv = 2 * d * qkv_width(config)  # fused QKV projection Linear(d, d + 2 d_kv); MHA: 3d
-    attn_out = 2 * d * d  # attention output projection Linear(d, d)
-    mlp = 2 * (n_mlp_inputs(config) + 1) * d * f  # Linear(d, f) (SwiGLU: two) + Linear(f, d)
+    if config.arch == "encoder_decoder":
+        return _encoder_decoder_forward_flops(config, seq_len, dense=False)
+    d, v = config.d_model, config.vocab_size
+    qkv, attn_out, mlp = _layer_flops(config)
     # QK^T and AV: 2*q FLOPs each per query head and kept pair, 4*d over the H heads (with
     # grouped-query attention too: every query head still meets every kept key); a sequence
     # has kept_pairs of them over its T tokens (the causal mask keeps T(T+1)/2, not T^2)
@@ -96,8 +183,11 @@ def dense_forward_flops_per_token(config: ModelConfig, seq_len: int) -> float:
         seq_len: Tokens per sequence T.
 
     Returns:
-        FLOPs per token (module docstring: the convention and its sources).
+        FLOPs per token (module docstring: the convention and its sources; for an
+        encoder-decoder model its generalisation, per source or target token).
     """
+    if config.arch == "encoder_decoder":
+        return _encoder_decoder_forward_flops(config, seq_len, dense=True)
     # 2 FLOPs per parameter a token multiplies: all but the position table and, untied, the
     # input embedding (PaLM appendix B; nanoGPT estimate_mfu's N = get_num_params())
     weights = 2 * dense_convention_params(config)

@@ -56,6 +56,7 @@ from models.cost.params import (
 )
 
 __all__ = [
+    "BlockTerms",
     "DEVICES",
     "DTYPES",
     "MEMORY_BACKENDS",
@@ -65,6 +66,7 @@ __all__ = [
     "MemoryBackend",
     "MemoryEstimate",
     "Optimizer",
+    "block_terms",
     "resolve_backend",
     "training_memory",
 ]
@@ -133,22 +135,57 @@ def resolve_backend(config: ModelConfig, backend: str, device: str) -> str:
     return backend
 
 
-def _activation_bytes_per_token(
+@dataclass(frozen=True)
+class BlockTerms:
+    """Per-token bytes of one block and its surroundings, the pieces of `training_memory`.
+
+    Attributes:
+        layer: Saved for backward by one block, per token.
+        final: The final norm's saved tensors (and the head's saved input), per token.
+        embedding: The embedding sum and its dropout mask, per token.
+        ids: Input and target ids, per token.
+        mlp_grad: The MLP's backward transient, per token.
+        mlp_half: What the MLP half of a block frees once its backward is done, per token.
+        attn_transient: The attention's backward transient, per token.
+        matmul: Bytes of a matmul output element (2 under bf16 autocast, else 4).
+        residual: Bytes of a residual-stream element (4).
+        autocast_copy: Bytes of the bf16 copy a Linear saves of an fp32 input (0 in fp32).
+        norm_stats: A norm's saved statistics per token (RMSNorm: also x * rsqrt).
+        dropout_matmul: A dropout mask's bytes per element on a matmul output (0 without).
+        dropout_residual: A dropout mask's bytes per element on an fp32 tensor (0 without).
+        math_path: Whether attention runs SDPA's unfused math path.
+    """
+
+    layer: int
+    final: int
+    embedding: int
+    ids: int
+    mlp_grad: int
+    mlp_half: int
+    attn_transient: int
+    matmul: int
+    residual: int
+    autocast_copy: int
+    norm_stats: int
+    dropout_matmul: int
+    dropout_residual: int
+    math_path: bool
+
+
+def block_terms(
     config: ModelConfig, seq_len: int, dtype: str, backend: str, device: str
-) -> tuple[int, int]:
-    """Bytes saved for backward per token, and the backward transient per token.
+) -> BlockTerms:
+    """The per-token pieces of the activation memory of blocks over sequences of ``seq_len``.
 
     Args:
         config: The model.
-        seq_len: Tokens per sequence T.
+        seq_len: Tokens per sequence T (the math path's scores are T wide).
         dtype: ``fp32`` or ``bf16`` (autocast).
         backend: The resolved backend (`resolve_backend`).
         device: ``cuda`` or ``cpu``.
 
     Returns:
-        ``(saved, transient)``: ``saved`` covers the residual stream, every tensor an op saves
-        for backward (module docstring) and the input and target ids; ``transient`` the largest
-        extra a block's backward holds at once.
+        A `BlockTerms`, in bytes (module docstring: what each tensor is).
     """
     d, f, h, t = config.d_model, config.d_ff, config.n_heads, seq_len
     d_kv = config.d_kv  # keys' and values' width: d, or less with grouped-query attention
@@ -206,7 +243,6 @@ def _activation_bytes_per_token(
         final_bytes = autocast_copy_bytes * d  # the head saves the last block's output
     embedding_bytes = residual_bytes * d + dropout_mask_bytes(residual_bytes) * d
     ids_bytes = 2 * INT64_BYTES  # input and target ids
-    saved = config.n_layers * layer_bytes + embedding_bytes + final_bytes + ids_bytes
     # Backward of the last block: first the MLP's, which holds the gradients of the hidden
     # layer (GELU: one, as the projection's saved input is freed before the GELU backward
     # runs; ReLU: two, its saved output is still held; SwiGLU: two); then the attention's, once
@@ -215,7 +251,27 @@ def _activation_bytes_per_token(
     mlp_grad_bytes = (1 if config.activation == "gelu" else 2) * matmul_bytes * f
     mlp_half_bytes = (mlp_bytes + (matmul_bytes + residual_bytes) * d + norm_stats_bytes
                       + dropout_mask_bytes(matmul_bytes) * d)
-    return saved, max(attn_transient_bytes - mlp_half_bytes, mlp_grad_bytes)
+    return BlockTerms(
+        layer=layer_bytes, final=final_bytes, embedding=embedding_bytes, ids=ids_bytes,
+        mlp_grad=mlp_grad_bytes, mlp_half=mlp_half_bytes, attn_transient=attn_transient_bytes,
+        matmul=matmul_bytes, residual=residual_bytes, autocast_copy=autocast_copy_bytes,
+        norm_stats=norm_stats_bytes, dropout_matmul=dropout_mask_bytes(matmul_bytes),
+        dropout_residual=dropout_mask_bytes(residual_bytes), math_path=math_path)
+
+
+def _activation_bytes_per_token(
+    config: ModelConfig, seq_len: int, dtype: str, backend: str, device: str
+) -> tuple[int, int]:
+    """Bytes saved for backward per token, and the backward transient per token.
+
+    Returns:
+        ``(saved, transient)``: ``saved`` covers the residual stream, every tensor an op saves
+        for backward (module docstring) and the input and target ids; ``transient`` the largest
+        extra a block's backward holds at once.
+    """
+    b = block_terms(config, seq_len, dtype, backend, device)
+    saved = config.n_layers * b.layer + b.embedding + b.final + b.ids
+    return saved, max(b.attn_transient - b.mlp_half, b.mlp_grad)
 
 
 def training_memory(

@@ -10,6 +10,13 @@ Linear(f, d) (SwiGLU: two Linear(d, f)), two norms (LayerNorm d weights + d bias
 bias; RMSNorm d). Around the blocks: token embedding V*d, learned position table T*d, a final
 norm for pre-norm models, the output projection V*d unless tied to the token embedding.
 
+Encoder-decoder models (``arch="encoder_decoder"``, `models.encoder_decoder`): encoder blocks
+are the blocks above; a decoder block adds a third norm and the cross-attention, queries
+Linear(d, d), keys and values Linear(d, 2 d_kv) and output Linear(d, d) (Vaswani et al. 2017,
+sec. 3.2.3). One token embedding V*d serves both stacks (and the tied output projection, sec.
+3.4), a learned position table has max(S, T_dec) rows (S = src_len, T_dec = seq_len - S), and a
+pre-norm model has two final norms (encoder and decoder).
+
 For GPT-2 (d_ff = 4d, biases, LayerNorm) a block has 12d^2 + 13d parameters and the model
 V*d + T*d + L*(12d^2 + 13d) + 2d (nanoGPT ``scaling_laws.ipynb``; HF ``GPT2LMHeadModel``):
 124,439,808 for GPT-2 small.
@@ -23,7 +30,10 @@ __all__ = [
     "block_bias_params",
     "block_matmul_params",
     "block_params",
+    "cross_attn_params",
+    "decoder_block_params",
     "dense_convention_params",
+    "position_rows",
     "n_mlp_inputs",
     "non_embedding_param_count",
     "norm_params",
@@ -69,20 +79,47 @@ def block_params(config: ModelConfig) -> int:
     return block_matmul_params(config) + 2 * norm_params(config) + block_bias_params(config)
 
 
+def cross_attn_params(config: ModelConfig) -> int:
+    """One cross-attention: queries d*d, keys and values d * 2 d_kv, output d*d, and biases."""
+    d, d_kv = config.d_model, config.d_kv
+    n = d * d + d * 2 * d_kv + d * d
+    return n + (2 * d + 2 * d_kv if config.bias else 0)
+
+
+def decoder_block_params(config: ModelConfig) -> int:
+    """One block of an encoder-decoder model's decoder: a block, a third norm, cross-attention."""
+    return block_params(config) + norm_params(config) + cross_attn_params(config)
+
+
+def position_rows(config: ModelConfig) -> int:
+    """Rows of the position table: seq_len, or max(src_len, tgt_len) for encoder-decoder."""
+    if config.arch == "encoder_decoder":
+        return max(config.src_len, config.tgt_len)
+    return config.seq_len
+
+
 def param_count(config: ModelConfig) -> int:
     """Exact number of parameters of ``build_model(config)``, tied weights counted once.
 
     Per block 12d^2 + 13d for GPT-2 (d_ff = 4d, biases, LayerNorm); total
     V*d + T*d + L*(12d^2 + 13d) + 2d (nanoGPT ``scaling_laws.ipynb``; HF ``GPT2LMHeadModel``).
     Grouped-query attention takes 2(d - d_kv)(d + 1) per block off that (with biases).
+    An encoder-decoder model has n_encoder_layers blocks, n_decoder_layers decoder blocks
+    (`decoder_block_params`) and, pre-norm, two final norms (module docstring).
     The parametrization (`models.parametrization`) changes no count.
     """
     d, v = config.d_model, config.vocab_size
-    n = v * d + config.n_layers * block_params(config)
+    if config.arch == "encoder_decoder":
+        n = v * d + config.n_encoder_layers * block_params(config) \
+            + config.n_decoder_layers * decoder_block_params(config)
+        n_final_norms = 2
+    else:
+        n = v * d + config.n_layers * block_params(config)
+        n_final_norms = 1
     if config.pos_encoding == "learned":
-        n += config.seq_len * d
+        n += position_rows(config) * d
     if config.norm_position == "pre":
-        n += norm_params(config)
+        n += n_final_norms * norm_params(config)
     if not config.tie_embeddings:
         n += v * d
     return n
@@ -97,7 +134,7 @@ def non_embedding_param_count(config: ModelConfig) -> int:
     """
     n = param_count(config) - config.vocab_size * config.d_model
     if config.pos_encoding == "learned":
-        n -= config.seq_len * config.d_model
+        n -= position_rows(config) * config.d_model
     if not config.tie_embeddings:
         n -= config.vocab_size * config.d_model
     return n
@@ -112,7 +149,7 @@ def dense_convention_params(config: ModelConfig) -> int:
     """
     n = param_count(config)
     if config.pos_encoding == "learned":
-        n -= config.seq_len * config.d_model
+        n -= position_rows(config) * config.d_model
     if not config.tie_embeddings:
         n -= config.vocab_size * config.d_model
     return n

@@ -7,10 +7,12 @@ from typing import Any
 
 from models import patterns
 from models.config import ModelConfig
+from models.cost.encoder_decoder import encoder_decoder_memory
 from models.cost.flops import (
     TRAIN_FLOPS_PER_FORWARD_FLOP,
     attention_pairs,
     dense_forward_flops_per_token,
+    encoder_decoder_pairs,
     forward_flops_per_token,
 )
 from models.cost.memory import (
@@ -51,7 +53,10 @@ class CostEstimate:
         optimizer: ``adamw`` or ``sgd``.
         attn_backend: The backend that runs in training (``sdpa``, ``flex`` or ``math``).
         device: ``cuda`` or ``cpu``.
-        attn_layout: The pattern, its size and the pairs it keeps at ``seq_len``.
+        attn_layout: The pattern, its size and the pairs it keeps at ``seq_len``; for an
+            encoder-decoder model, also ``encoder_pairs``, ``decoder_pairs`` and
+            ``cross_pairs`` (`models.cost.flops.encoder_decoder_pairs`), whose sum is
+            ``kept_pairs``.
     """
 
     n_params: int
@@ -80,7 +85,13 @@ class CostEstimate:
         return out
 
 
-def _layout_summary(layout: AttnLayout, kept_pairs: int, seq_len: int) -> dict[str, Any]:
+def _layout_summary(layout: AttnLayout, kept_pairs: int, seq_len: int,
+                    config: ModelConfig) -> dict[str, Any]:
+    if config.arch == "encoder_decoder":
+        pairs = encoder_decoder_pairs(config, seq_len)
+        return {"pattern": layout.pattern, "requested_sparsity": layout.requested_sparsity,
+                "sparsity": 0.0, "kept_pairs": kept_pairs, "total_pairs": kept_pairs,
+                **{f"{k}_pairs": v for k, v in pairs.items()}}
     total = patterns.total_pairs(seq_len, layout.causal)
     out: dict[str, Any] = {
         "pattern": layout.pattern,
@@ -123,12 +134,17 @@ def estimate(
         attn_backend: ``auto``, ``sdpa``, ``flex`` or ``math``; ``None``: the config's.
         device: ``cuda`` or ``cpu``: which kernels run (see `models.cost.memory`).
 
+    For an encoder-decoder model (``arch="encoder_decoder"``) a token is any position of the
+    window, source or target (`models.cost.flops`), and the memory is
+    `models.cost.encoder_decoder.encoder_decoder_memory`'s.
+
     Returns:
         A `CostEstimate`; memory in bytes, FLOPs per token.
 
     Raises:
         ConfigError: For an unknown dtype, optimizer, backend or device, a batch size < 1 or a
-            sequence length outside [1, config.seq_len].
+            sequence length outside [1, config.seq_len] (for an encoder-decoder model,
+            [src_len + 1, config.seq_len]).
     """
     backend = config.attn_backend if attn_backend is None else attn_backend
     check_choice("dtype", dtype, DTYPES)
@@ -139,10 +155,16 @@ def estimate(
         raise ConfigError(f"batch_size={batch_size!r} must be a positive integer")
     t = config.seq_len if seq_len is None else seq_len
     layout = config.attn_layout
-    kept = attention_pairs(layout, t)
     backend = resolve_backend(config, backend, device)
-    memory = training_memory(config, batch_size=batch_size, seq_len=t, dtype=dtype,
-                             optimizer=optimizer, backend=backend, device=device)
+    memory_of = training_memory
+    if config.arch == "encoder_decoder":
+        pairs = encoder_decoder_pairs(config, t)
+        kept = sum(pairs.values())
+        memory_of = encoder_decoder_memory
+    else:
+        kept = attention_pairs(layout, t)
+    memory = memory_of(config, batch_size=batch_size, seq_len=t, dtype=dtype,
+                       optimizer=optimizer, backend=backend, device=device)
     fwd = forward_flops_per_token(config, t, kept)
     dense_fwd = dense_forward_flops_per_token(config, t)
     return CostEstimate(
@@ -159,5 +181,5 @@ def estimate(
         optimizer=optimizer,
         attn_backend=backend,
         device=device,
-        attn_layout=_layout_summary(layout, kept, t),
+        attn_layout=_layout_summary(layout, kept, t, config),
     )

@@ -313,6 +313,17 @@ def _parametrization_rows(table: Table, config) -> None:
                       f"{config.base_n_layers} / {parametrization.depth_mult(config):g}")
 
 
+def _encoder_decoder_rows(table: Table, config, attn: dict, seq_len: int) -> None:
+    """The two stacks, the window's split and the pairs of each attention."""
+    src = config.src_len
+    table.add_row("layers: encoder + decoder",
+                  f"{config.n_encoder_layers} + {config.n_decoder_layers}")
+    table.add_row("tokens: source + target", f"{src} + {seq_len - src}")
+    table.add_row("pairs: encoder / decoder / cross",
+                  f"{attn['encoder_pairs']:,} / {attn['decoder_pairs']:,} / "
+                  f"{attn['cross_pairs']:,}")
+
+
 @app.command("estimate")
 def estimate_cmd(
     preset: str = typer.Option("gpt2", help="Model preset to start from."),
@@ -349,7 +360,8 @@ def estimate_cmd(
     table.add_row("non-embedding parameters", f"{est.n_params_non_embedding:,}")
     table.add_row("FLOPs/token forward (kept pairs)", f"{est.flops_per_token_fwd:,.0f}")
     table.add_row("FLOPs/token train (kept pairs)", f"{est.flops_per_token_train:,.0f}")
-    table.add_row("FLOPs/token train (dense, 6N + 12LHqT)",
+    dense = "all pairs" if config.arch == "encoder_decoder" else "6N + 12LHqT"
+    table.add_row(f"FLOPs/token train (dense, {dense})",
                   f"{est.flops_per_token_dense_train:,.0f}")
     heads = f"{config.n_heads} / {config.n_kv_heads}"
     if config.n_kv_heads != config.n_heads:
@@ -357,6 +369,8 @@ def estimate_cmd(
     table.add_row("heads: query / key-value", heads)
     _parametrization_rows(table, config)
     attn = est.attn_layout
+    if config.arch == "encoder_decoder":
+        _encoder_decoder_rows(table, config, attn, est.seq_len)
     size = ", ".join(f"{k}={attn[k]}" for k in ("window", "stride", "block_size",
                                                  "n_window_blocks", "n_global_blocks",
                                                  "n_random_blocks") if k in attn)
@@ -369,4 +383,6 @@ def estimate_cmd(
     common.console.print(table)
     common.console.print(f"B={est.batch_size}, T={est.seq_len}, {est.dtype}, {est.optimizer}, "
                   f"attention backend {est.attn_backend} on {est.device}; memory total is the "
-                  "peak of a steady-state training step", highlight=False)
+                  "peak of a steady-state training step"
+                  + ("; a token is any token of the window, source or target"
+                     if config.arch == "encoder_decoder" else ""), highlight=False)

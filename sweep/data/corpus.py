@@ -21,6 +21,11 @@ URIs:
   ``synthetic:copy?vocab=V&length=L&seed=S&tokens=N`` and
   ``synthetic:associative-recall?vocab=V&pairs=P&seed=S&tokens=N``: sources whose entropy rate
   (the lowest achievable loss) is known exactly; see `sweep.data.synthetic`.
+- ``synthetic:reverse?vocab=V&length=L&seed=S&tokens=N``: a sequence-to-sequence task of
+  examples [source of L, separator, source reversed] (`sweep.data.synthetic.reverse_stream`),
+  whose target part has optimal loss 0. Its corpus has ``examples``: every window starts at an
+  example, so a model must have ``seq_len = 2L`` (and an encoder-decoder one ``src_len = L``);
+  the validation split is whole examples.
 
 Preparation writes ``<cache_dir>/corpora/<content_hash>/{train,val}.bin`` and ``meta.json``
 into a temporary folder and renames it into place, so parallel workers never see half-written
@@ -92,6 +97,10 @@ class Corpus:
         entropy_rate: The source's entropy rate in nats per token where known (synthetic
             sources), else ``None``.
         content_hash: Hash of the prepared content; the cache key.
+        examples: For a corpus of sequence-to-sequence examples (``synthetic:reverse``), plain
+            data ``{"length": 2L + 1, "src_len": L, "target_loss": 0.0}``: the tokens of one
+            example, its source length, and the optimal loss in nats per token on its target
+            part. Windows then start at example boundaries only. ``None`` for a stream.
         summary: Plain data on what was read and how it was split: ``split`` (``"tail"``,
             ``"documents"``, ``"val-glob"`` or ``"files"`` for ``tokens:``), and for
             ``text:`` ``documents``, ``val_documents``, ``binary_skipped``, ``excluded``,
@@ -107,13 +116,26 @@ class Corpus:
     entropy_rate: float | None
     content_hash: str
     summary: dict = field(default_factory=dict)
+    examples: dict | None = None
 
-    def require(self, seq_len: int) -> None:
+    def require(self, seq_len: int, *, src_len: int | None = None) -> None:
         """Check both splits hold at least one window of ``seq_len + 1`` tokens.
 
+        For a corpus of examples, also that a window is one example (``seq_len + 1`` is its
+        length) and that an encoder-decoder model's ``src_len`` is its source length.
+
         Raises:
-            DataError: Naming the URI and the split that is too short.
+            DataError: Naming the URI and the split that is too short, or the field
+                (``seq_len``, ``src_len``) that does not fit the examples.
         """
+        if self.examples is not None:
+            length, src = self.examples["length"], self.examples["src_len"]
+            what = (f"corpus {self.uri!r} holds examples of {length} tokens ({src} source, a "
+                    f"separator, {length - src - 1} target)")
+            if seq_len != length - 1:
+                raise DataError(f"{what}; seq_len must be {length - 1}, got {seq_len}")
+            if src_len is not None and src_len != src:
+                raise DataError(f"{what}; src_len must be {src}, got {src_len}")
         for name, split in (("train", self.train), ("val", self.val)):
             if len(split) < seq_len + 1:
                 raise DataError(
@@ -136,6 +158,7 @@ class Corpus:
                 head += f" ({', '.join(skipped)})"
         share = n_val / (n_train + n_val)
         how = {"tail": f"the last {VAL_FRACTION:.0%} of the stream",
+               "examples": f"the last {VAL_FRACTION:.0%} of the examples",
                "files": "the folder's own val.bin",
                "documents": f"whole documents by a hash of their path ({VAL_FRACTION:.0%} of "
                             "documents)",
@@ -151,6 +174,10 @@ class Corpus:
             base += f" ({self.baseline_unigram_loss / math.log(2):.4f} bits/byte)"
         if self.entropy_rate is not None:
             base += f"; entropy rate {self.entropy_rate:.4f} nats/token"
+        if self.examples is not None:
+            e = self.examples
+            base += (f"; examples of {e['length']} tokens ({e['src_len']} source), optimal "
+                     f"target loss {e['target_loss']:g} nats/token")
         return [head, split, base] + [f"warning: {w}" for w in s.get("warnings", [])]
 
     def train_batch(
@@ -166,6 +193,10 @@ class Corpus:
             ``(x, y)``, each ``(batch_size, seq_len)`` ``int64``; ``y`` is ``x`` shifted by one.
         """
         rng = np.random.default_rng([seed, index])
+        if self.examples is not None:  # whole examples: starts at example boundaries
+            length = self.examples["length"]
+            starts = length * rng.integers(0, len(self.train) // length, size=batch_size)
+            return _windows(self.train, starts, seq_len)
         starts = rng.integers(0, len(self.train) - seq_len, size=batch_size)
         return _windows(self.train, starts, seq_len)
 
@@ -182,7 +213,12 @@ class Corpus:
         """
         max_start = len(self.val) - seq_len - 1
         n_windows = max(1, min(math.ceil(n_tokens / seq_len), max_start + 1))
-        starts = np.linspace(0, max_start, n_windows).round().astype(np.int64)
+        if self.examples is not None:  # the first whole examples, each once
+            length = self.examples["length"]
+            n_windows = max(1, min(math.ceil(n_tokens / seq_len), len(self.val) // length))
+            starts = length * np.arange(n_windows, dtype=np.int64)
+        else:
+            starts = np.linspace(0, max_start, n_windows).round().astype(np.int64)
         return [
             _windows(self.val, starts[i : i + batch_size], seq_len)
             for i in range(0, n_windows, batch_size)
@@ -314,6 +350,7 @@ _SYNTHETIC_KINDS = {
     "markov": {**_SYNTHETIC_COMMON, "order": int, "alpha": float},
     "copy": {**_SYNTHETIC_COMMON, "length": int},
     "associative-recall": {**_SYNTHETIC_COMMON, "pairs": int},
+    "reverse": {**_SYNTHETIC_COMMON, "length": int},
 }
 
 
@@ -339,6 +376,12 @@ def _synthetic_params(uri: str, rest: str) -> tuple[str, dict]:
     elif task == "copy":
         if vocab < 3 or p["length"] < 1:
             raise DataError(f"corpus {uri!r}: copy needs vocab >= 3 and length >= 1")
+    elif task == "reverse":
+        if vocab < 3 or p["length"] < 1:
+            raise DataError(f"corpus {uri!r}: reverse needs vocab >= 3 and length >= 1")
+        if p["tokens"] < 2 * (2 * p["length"] + 1):
+            raise DataError(f"corpus {uri!r}: tokens={p['tokens']} must hold at least two "
+                            f"examples of 2 * length + 1 = {2 * p['length'] + 1} tokens")
     elif not 1 <= p["pairs"] <= vocab // 2 or vocab < 4:
         raise DataError(f"corpus {uri!r}: associative-recall needs vocab >= 4 and "
                         f"1 <= pairs <= vocab // 2")
@@ -353,13 +396,23 @@ def _synthetic(uri: str, task: str, p: dict, vocab_size: int | None) -> _Source:
     elif task == "copy":
         def stream():
             return synthetic.copy_stream(n, vocab, p["length"], p["seed"])
+    elif task == "reverse":
+        length = 2 * p["length"] + 1
+
+        def make():
+            tokens, entropy_rate = synthetic.reverse_stream(n, vocab, p["length"], p["seed"])
+            n_val = max(1, int(len(tokens) // length * VAL_FRACTION)) * length
+            return tokens[:-n_val], tokens[-n_val:], entropy_rate, {
+                "split": "examples", "examples": {"length": length, "src_len": p["length"],
+                                                  "target_loss": 0.0}}
     else:
         def stream():
             return synthetic.associative_recall_stream(n, vocab, p["pairs"], p["seed"])
 
-    def make():
-        tokens, entropy_rate = stream()
-        return tokens, None, entropy_rate, {"split": "tail"}
+    if task != "reverse":
+        def make():
+            tokens, entropy_rate = stream()
+            return tokens, None, entropy_rate, {"split": "tail"}
 
     key = json.dumps({"task": task, **{k: p[k] for k in sorted(_SYNTHETIC_KINDS[task])}},
                      sort_keys=True)
@@ -487,10 +540,11 @@ def _splits(uri: str, src: _Source) -> tuple[np.ndarray, np.ndarray, dict]:
 
 
 def _corpus(uri: str, src: _Source, train, val, meta: dict) -> Corpus:
+    summary = meta.get("summary", {})
     return Corpus(uri=uri, vocab_size=src.vocab, byte_level=src.byte_level, train=train,
                   val=val, baseline_unigram_loss=meta[METRIC_BASELINE],
                   entropy_rate=meta["entropy_rate"], content_hash=src.digest,
-                  summary=meta.get("summary", {}))
+                  summary=summary, examples=summary.get("examples"))
 
 
 def _prepare(uri: str, cache_dir: Path, src: _Source) -> Corpus:

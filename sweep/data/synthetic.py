@@ -13,6 +13,14 @@ the loss of the Bayes-optimal predictor that sees the whole past, the floor no m
   and its value (Ba et al. 2016; Zoology, Arora et al. 2023). Per period of 2P + 2 tokens the
   information is sum_{i<P} log(n_keys - i) + P log(n_values) + log P; the answer is determined.
 
+- ``reverse``: a sequence-to-sequence task (`reverse_stream`), examples of 2L + 1 tokens: L
+  source symbols uniform over the V - 1 ids below the separator SEP = V - 1, the separator,
+  then the source reversed. The stream's entropy rate is L log(V - 1) / (2L + 1); the target
+  is a function of the source, so a model that reads the source (an encoder-decoder model, or
+  a decoder-only one that sees the whole example) can reach loss 0 on the target part, while
+  one that ignores the source cannot go below log(V - 1) there: each target symbol is uniform
+  and independent of the earlier target symbols.
+
 The entropy rate assumes the whole past is visible. A model sees windows of ``seq_len`` tokens
 starting anywhere, so its achievable loss is higher near a window's start: by at most
 (K / seq_len) log V for the Markov source, and substantially for ``copy`` and
@@ -36,6 +44,7 @@ __all__ = [
     "markov_entropy_rate",
     "markov_stream",
     "markov_transitions",
+    "reverse_stream",
     "stationary_distribution",
 ]
 
@@ -154,3 +163,25 @@ def associative_recall_stream(
     info = sum(math.log(n_keys - i) for i in range(pairs)) + pairs * math.log(n_values)
     info += math.log(pairs)
     return seq.ravel()[:n_tokens], info / period
+
+
+def reverse_stream(n_tokens: int, vocab: int, length: int, seed: int) -> tuple[np.ndarray, float]:
+    """Reversal: examples [x_1..x_L, SEP, x_L..x_1], x_i uniform over the V - 1 ids below SEP.
+
+    SEP = V - 1. The stream holds ceil(n_tokens / (2L + 1)) whole examples (so possibly a few
+    more than ``n_tokens`` tokens: examples are never cut). Read as windows of 2L tokens that
+    start at an example (``sweep.data.Corpus`` with ``examples``), the first L are the source,
+    the separator is the decoder's first input, and the targets of the last L positions are the
+    reversed source: their optimal loss is 0 nats per token.
+
+    Returns:
+        (tokens, entropy rate in nats per token of the stream, L log(V - 1) / (2L + 1)).
+    """
+    n_sym = vocab - 1
+    period = 2 * length + 1
+    n_examples = -(-n_tokens // period)
+    rng = np.random.default_rng([seed, 4])
+    x = rng.integers(0, n_sym, size=(n_examples, length))
+    sep = np.full((n_examples, 1), vocab - 1)
+    seq = np.concatenate([x, sep, x[:, ::-1]], axis=1).astype(np.uint16)
+    return seq.ravel(), length * math.log(n_sym) / period

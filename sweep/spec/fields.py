@@ -17,9 +17,9 @@ from sweep.data.corpus import SCHEMES
 from sweep.schema import COST_METRICS, METRIC_VAL_LOSS
 from sweep.train.config import LIVE_HPARAMS
 
-__all__ = ["DATA_SCHEMES", "DERIVED_MODEL_KEYS", "FIELD_RULES", "MAX_TOKENS", "OBJECTIVES",
-           "PARAMETRIZATION_FIELDS", "PBT_MUTABLE", "RDB_SCHEMES", "SHAPE_FIELDS", "Rule",
-           "show_number"]
+__all__ = ["ARCH_FIELDS", "DATA_SCHEMES", "DERIVED_MODEL_KEYS", "FIELD_RULES", "MAX_TOKENS",
+           "OBJECTIVES", "PARAMETRIZATION_FIELDS", "PBT_MUTABLE", "RDB_SCHEMES", "SHAPE_FIELDS",
+           "Rule", "show_number"]
 
 #: Model keys a spec may give that are not `ModelConfig` fields: ``preset`` (a preset's
 #: fields), ``d_head`` (``n_heads = d_model / d_head``), ``d_ff_ratio`` (``d_ff``), with the
@@ -33,12 +33,14 @@ PBT_MUTABLE = LIVE_HPARAMS
 #: Model fields that set the parametrization (`models.parametrization`): what the weights and
 #: the per-group learning rates mean, so PBT, which copies weights between members, keeps them.
 PARAMETRIZATION_FIELDS = ("parametrization", "base_d_model", "base_n_layers", "completep_alpha")
+#: The model fields of encoder-decoder models (`models.config.ENCODER_DECODER_FIELDS`).
+ARCH_FIELDS = ("arch", "n_encoder_layers", "n_decoder_layers", "src_len")
 #: Fields that fix parameter-tensor shapes, the parametrization or the data layout; PBT must
 #: never mutate them.
 SHAPE_FIELDS = ("vocab_size", "seq_len", "d_model", "n_heads", "n_kv_heads", "n_layers", "d_ff",
                 *DERIVED_MODEL_KEYS, "activation", "norm", "bias", "tie_embeddings",
                 "pos_encoding", "attn_pattern", "attn_sparsity", "attn_block_size", "causal",
-                *PARAMETRIZATION_FIELDS, "batch_size")
+                *PARAMETRIZATION_FIELDS, *ARCH_FIELDS, "batch_size")
 #: Corpus URI schemes (`sweep.data`).
 DATA_SCHEMES = SCHEMES
 #: Database schemes an Optuna RDB storage URL may use.
@@ -112,7 +114,8 @@ _FRACTION = Rule(lo=0, hi=1, hi_open=True)
 FIELD_RULES: dict[str, Rule] = {
     **{f"model.{name}": _POSITIVE_INT for name in (
         "vocab_size", "seq_len", "d_model", "n_heads", "n_kv_heads", "n_layers", "d_ff",
-        "attn_block_size", "base_d_model", "base_n_layers")},
+        "attn_block_size", "base_d_model", "base_n_layers", "n_encoder_layers",
+        "n_decoder_layers", "src_len")},
     "model.completep_alpha": Rule(lo=0.5, hi=1),
     "model.attn_temperature": _POSITIVE,
     "model.rope_base": _POSITIVE,

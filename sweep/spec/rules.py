@@ -9,7 +9,9 @@ never rests on a field that is itself wrong):
 2. every ``when`` names a fixed or choice field that can take the listed values, without cycles;
 3. the search is coherent (sampler, pruner, scheduler, objectives, storage, PBT), the shape
    fields can produce a valid model at all, every ``n_kv_heads`` value divides some
-   ``n_heads`` of the space, and muP and CompleteP have their base shape.
+   ``n_heads`` of the space, muP and CompleteP have their base shape, and the
+   encoder-decoder fields are given only where ``arch`` is ``encoder_decoder``, with a
+   ``src_len`` below some ``seq_len`` and options an encoder-decoder model accepts.
 
 Each problem is one line starting with the dotted path of the field.
 """
@@ -30,6 +32,7 @@ from models.presets import PRESETS
 from sweep.schema import METRIC_VAL_LOSS
 from sweep.spec.domains import ChoiceDomain, FloatDomain, IntDomain
 from sweep.spec.fields import (
+    ARCH_FIELDS,
     DERIVED_MODEL_KEYS,
     FIELD_RULES,
     MAX_TOKENS,
@@ -57,6 +60,7 @@ def problems(spec: StudySpec) -> list[str]:
         found += _check_parametrization(spec)
         if spec.transfer is not None:
             found += _check_transfer(spec)
+        found += _check_arch(spec)
     return found
 
 
@@ -259,6 +263,11 @@ def _check_scaling(spec: StudySpec, budgets: list[str]) -> Iterator[str]:
     for name in SCALING_OWNED_MODEL:
         if name in spec.model:
             yield f"model.{name}: a scaling study takes every shape from {rung}; remove it"
+    for name in ARCH_FIELDS:
+        if name in spec.model and "encoder_decoder" in _candidates(spec.model.get("arch")):
+            yield (f"model.{name}: a scaling study's shapes are decoder-only ({rung} sets "
+                   "n_layers of one stack); encoder-decoder models are not supported there")
+            break
     for name in budgets:
         yield (f"train.{name}: a scaling study trains each shape for tokens = budget / FLOPs "
                "per token, from scaling.budgets; remove it")
@@ -633,6 +642,55 @@ def _check_parametrization(spec: StudySpec) -> list[str]:
         if needing and None in _candidates(model.get(name, defaults[name])):
             problems.append(f"model.{name}: parametrization {needing[0]!r} needs {name}, the "
                             f"{what} the hyperparameters are tuned at; give it")
+    return problems
+
+
+def _arch_conditioned(param: Any) -> bool:
+    when = getattr(param, "when", None) or {}
+    allowed = when.get("arch", when.get("model.arch"))
+    return allowed is not None and "decoder_only" not in allowed
+
+
+def _check_arch(spec: StudySpec) -> list[str]:
+    """The encoder-decoder fields only where ``arch`` can be ``encoder_decoder``, and usable.
+
+    Refused: ``n_encoder_layers``, ``n_decoder_layers`` or ``src_len`` in a space whose
+    ``arch`` is never ``encoder_decoder``, or can also be ``decoder_only`` without a ``when``
+    that keeps the field to encoder-decoder trials; and, where every trial is encoder-decoder,
+    a ``src_len`` never below ``seq_len``, ``causal: false``, no dense ``attn_pattern`` or
+    only ``completep`` (no such trial could build).
+    """
+    model = spec.model
+    defaults = section_defaults(spec, "model")
+    archs = _candidates(model.get("arch", defaults["arch"]))
+    problems = []
+    for name in ARCH_FIELDS[1:]:
+        if name not in model:
+            continue
+        if "encoder_decoder" not in archs:
+            problems.append(f"model.{name}: needs model.arch: encoder_decoder (a decoder-only "
+                            "model has one stack and no source part)")
+        elif "decoder_only" in archs and not _arch_conditioned(model[name]):
+            problems.append(f"model.{name}: set while model.arch can be 'decoder_only', which "
+                            "refuses it; add when: {arch: [encoder_decoder]}")
+    if problems or archs != ["encoder_decoder"]:
+        return problems
+    if "src_len" in model:
+        src = [v for v in _candidates(model["src_len"]) if _is_int(v)]
+        seq = [v for v in _candidates(model.get("seq_len", defaults["seq_len"])) if _is_int(v)]
+        if src and seq and min(src) >= max(seq):
+            problems.append(f"model.src_len: {min(src)} is not below any model.seq_len of the "
+                            f"space (at most {max(seq)}); src_len must be below seq_len (the "
+                            "window is src_len source tokens, then the target)")
+    for name, ok, rule in (
+            ("causal", lambda v: v is True, "needs causal: true (its decoder is causal)"),
+            ("attn_pattern", lambda v: v == "dense", "supports only attn_pattern: dense"),
+            ("parametrization", lambda v: v != "completep", "supports sp and mup, not "
+                                                             "completep")):
+        values = _candidates(model.get(name, defaults[name]))
+        if not any(ok(v) for v in values):
+            problems.append(f"model.{name}: arch 'encoder_decoder' {rule}; no trial of the "
+                            "space could build")
     return problems
 
 

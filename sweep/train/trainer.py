@@ -66,7 +66,15 @@ class Trainer:
 
     Raises:
         ConfigError: vocab_size below the corpus's, or a budget that does not fit the model.
-        sweep.data.DataError: The corpus is shorter than one sequence of ``seq_len + 1``.
+        sweep.data.DataError: The corpus is shorter than one sequence of ``seq_len + 1``, or
+            holds examples that ``seq_len`` (an encoder-decoder model's ``src_len``) does not
+            fit.
+
+    An encoder-decoder model (``arch="encoder_decoder"``) trains on the same windows: it reads
+    the first ``src_len`` tokens of each as the source and is scored on the rest
+    (`models.encoder_decoder`), so ``val_loss`` and ``train_loss`` are nats per target token,
+    while ``tokens`` counts every token of the windows (source and target), as FLOPs per token
+    do (`models.cost.flops`).
     """
 
     def __init__(
@@ -82,7 +90,7 @@ class Trainer:
                 f"vocab_size={model_config.vocab_size} is smaller than the vocab of corpus "
                 f"{corpus.uri!r} ({corpus.vocab_size})"
             )
-        corpus.require(model_config.seq_len)
+        corpus.require(model_config.seq_len, src_len=model_config.src_len)
         self.model_config, self.train_config, self.corpus = model_config, train_config, corpus
         self.budget = resolve_budget(train_config, model_config)
         self.device = hardware.pick_device(str(device) if device else train_config.device)

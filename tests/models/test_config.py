@@ -108,6 +108,7 @@ DOCUMENTED_CHOICES = {
     "activation": ("relu", "gelu", "swiglu"),
     "pos_encoding": ("learned", "sinusoidal", "rope", "none"),
     "parametrization": ("sp", "mup", "completep"),
+    "arch": ("decoder_only", "encoder_decoder"),
 }
 
 
@@ -123,7 +124,8 @@ def test_choice_fields_are_the_literal_annotations_and_the_documented_choices():
                  "norm_position": model_config.NORM_POSITIONS,
                  "activation": model_config.ACTIVATIONS,
                  "pos_encoding": model_config.POS_ENCODINGS,
-                 "parametrization": model_config.PARAMETRIZATIONS}
+                 "parametrization": model_config.PARAMETRIZATIONS,
+                 "arch": model_config.ARCHS}
     assert constants == DOCUMENTED_CHOICES
 
 

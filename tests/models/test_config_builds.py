@@ -50,6 +50,18 @@ def _draw(rng: random.Random) -> dict:
         "base_n_layers": None if rng.random() < 0.05 else rng.randint(1, 3),
         "completep_alpha": rng.choice([1.0, 0.5, rng.uniform(0.5, 1.0)]),
     })
+    # Encoder-decoder models a quarter of the time, mostly with the options they accept
+    # (causal, dense, not CompleteP), with their own depths and source length now and then.
+    if rng.random() < 0.25:
+        values["arch"] = "encoder_decoder"
+        if rng.random() < 0.8:
+            values.update(causal=True, attn_pattern="dense", attn_sparsity=0.0,
+                          parametrization=rng.choice(["sp", "mup"]))
+        values["n_encoder_layers"] = rng.choice([None, 1, 2, 3])
+        values["n_decoder_layers"] = rng.choice([None, 1, 2, 3])
+        values["src_len"] = rng.choice([None, 1, rng.randint(1, 24)])
+    else:
+        values["arch"] = "decoder_only"
     return values
 
 
@@ -79,6 +91,8 @@ def test_the_sampler_reaches_the_whole_space():
     assert any(1 < c.n_kv_heads < c.n_heads for c in CONFIGS)
     assert any(c.n_kv_heads == 1 < c.n_heads for c in CONFIGS)
     assert any(c.parametrization == "completep" and c.completep_alpha < 1 for c in CONFIGS)
+    assert any(c.arch == "encoder_decoder" and c.n_encoder_layers != c.n_decoder_layers
+               and c.n_kv_heads < c.n_heads for c in CONFIGS)
 
 
 def test_every_valid_config_builds_and_runs_a_forward_pass():
@@ -91,7 +105,9 @@ def test_every_valid_config_builds_and_runs_a_forward_pass():
             with warnings.catch_warnings():  # flex on CPU falls back to SDPA with a warning
                 warnings.simplefilter("ignore")
                 logits = model(idx)
-            assert logits.shape == (2, cfg.seq_len, cfg.vocab_size)
+            # an encoder-decoder model's logits are for the target part of the window
+            out_len = cfg.tgt_len if cfg.arch == "encoder_decoder" else cfg.seq_len
+            assert logits.shape == (2, out_len, cfg.vocab_size)
             assert torch.isfinite(logits).all()
             cost = estimate(cfg, batch_size=2)
             assert cost.n_params == model.num_params()

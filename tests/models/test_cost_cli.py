@@ -91,7 +91,26 @@ def test_table_shows_heads_and_parametrization_with_costs_unchanged():
         " ".join(line.replace("│", " ").split()) for line in plain.output.splitlines()]
 
 
+def test_table_and_json_show_an_encoder_decoder_model():
+    sets = ["--set", "arch=encoder_decoder", "--set", "n_encoder_layers=3",
+            "--set", "n_decoder_layers=2", "--set", "src_len=8", "--set", "seq_len=24"]
+    result = runner.invoke(app, ["estimate", "--preset", "tiny", *sets])
+    assert result.exit_code == 0, result.output
+    rows = [" ".join(line.replace("│", " ").split()) for line in result.output.splitlines()]
+    assert "layers: encoder + decoder 3 + 2" in rows
+    assert "tokens: source + target 8 + 16" in rows
+    assert "pairs: encoder / decoder / cross 64 / 136 / 128" in rows
+    assert "a token is any token of the window, source or target" in " ".join(rows)
+    out = _json("--preset", "tiny", *sets)
+    cfg = ModelConfig.from_preset("tiny", arch="encoder_decoder", n_encoder_layers=3,
+                                  n_decoder_layers=2, src_len=8, seq_len=24)
+    assert out["n_params"] == build_model(cfg, device="meta").num_params()
+    assert out["config"]["arch"] == "encoder_decoder" and out["attn"]["cross_pairs"] == 128
+
+
 @pytest.mark.parametrize("args,message", [
+    (["--set", "arch=encoder_decoder", "--set", "src_len=1024"],
+     "src_len=1024 must be below seq_len=1024"),
     (["--set", "d_model=1000"], "d_model=1000"),
     (["--set", "bogus=1"], "bogus"),
     (["--set", "d_model"], "key=value"),

@@ -291,8 +291,11 @@ def trial_state(trial: optuna.trial.FrozenTrial) -> TrialState:
 
 
 def _rows(study: optuna.Study) -> list[TrialRow]:
+    """The progress rows: every trial that started (a queued WAITING one is not running)."""
     rows = []
     for t in study.get_trials(deepcopy=False):
+        if t.state == OptunaState.WAITING:
+            continue
         tokens, val_loss = t.user_attrs.get(ATTR_PROGRESS, [0, math.nan])
         best = t.user_attrs.get(ATTR_BEST_VAL_LOSS, math.nan)
         rows.append(TrialRow(t.number, trial_state(t), dict(t.params), int(tokens), val_loss,

@@ -325,3 +325,17 @@ def test_worker_without_a_started_study_exits_2(tmp_path):
     assert result.exit_code == 2
     assert "sweep run" in result.output
     assert not (tmp_path / "none").exists()
+
+
+def test_progress_rows_leave_out_queued_trials():
+    # A transfer or scaling study queues every grid point up front (WAITING); the heartbeat's
+    # "running" must count only the trials a worker has started.
+    from sweep.executors.optuna.executor import _rows
+    from sweep.schema import TrialState
+
+    study = optuna.create_study()
+    for lr in (1e-3, 2e-3, 4e-3):
+        study.enqueue_trial({"train.lr": lr})
+    started = study.ask()
+    rows = _rows(study)
+    assert [(r.number, r.state) for r in rows] == [(started.number, TrialState.RUNNING)]

@@ -14,7 +14,9 @@ from sweep.train.config import TrainConfig
 
 #: Other fields a config needs for a field to sit at its bound (d_model 1 needs 1 head).
 CONTEXT = {"model.d_model": {"n_heads": 1}, "model.n_heads": {"d_model": 1},
-           "model.attn_sparsity": {"attn_pattern": "local"}, "train.seconds": {"warmup": 0.0}}
+           "model.attn_sparsity": {"attn_pattern": "local"}, "train.seconds": {"warmup": 0.0},
+           **{f"model.{name}": {"arch": "encoder_decoder"}
+              for name in ("n_encoder_layers", "n_decoder_layers", "src_len")}}
 #: Values just inside a bound where a rule across fields stops the config short of the bound:
 #: the local pattern's sparsest mask at seq_len 256 removes 0.9922 of the pairs.
 JUST_INSIDE = {("model.attn_sparsity", "hi"): 0.99}

@@ -1,0 +1,152 @@
+"""Training-step memory of an encoder-decoder model (`models.encoder_decoder`), in bytes.
+
+The same op-by-op model as `models.cost.memory` (its docstring: what each op saves, the three
+moments of a step whose largest is the peak), over the encoder-decoder's modules. Notation:
+S = src_len source tokens, T_dec = T - S target tokens of a window of T, B batch size,
+d = d_model, d_kv = n_kv_heads * d / n_heads, H heads, V vocab.
+
+- Encoder blocks are decoder-only blocks (`models.cost.memory.block_terms`) over B*S tokens;
+  decoder blocks are those over B*T_dec tokens plus their cross-attention.
+- A decoder block's cross-attention saves, per target token, what a self-attention branch
+  saves but for the keys and values: its norm's input and statistics (pre-norm: the residual
+  sum before it and the norm output the query projection reads; post-norm: the sum, the norm's
+  output and, under autocast, the query projection's bf16 copy), the queries (d), the attention
+  output the output projection reads (d) and the logsumexp (H fp32); per source token, the
+  keys and values (2 d_kv) its Linear(d, 2 d_kv) produced from the encoder output. SDPA's math
+  path (CPU with dropout) saves the scaled queries, a copy of the output, the (H, S) softmax
+  (and its dropout mask and the dropped weights) per target token, and the scaled keys and a
+  copy of the values, repeated to H heads (2d), per source token.
+- The encoder output (the final norm's, or the last block's for post-norm) is read by every
+  decoder layer's key/value projection: fp32, one tensor for all of them; under autocast each
+  projection saves its own bf16 copy (d per source token and layer). Its gradient, (B, S, d)
+  fp32, accumulates over the decoder's backward, so it is held in the first block's backward.
+- The loss is over the B*T_dec target tokens only (the logits are (B, T_dec, V)); the targets'
+  slice ``targets[:, S:]`` is copied into a new (B*T_dec,) int64 tensor that the loss saves.
+"""
+
+from __future__ import annotations
+
+from models.config import ModelConfig
+from models.cost.memory import (
+    BF16_BYTES,
+    FP32_BYTES,
+    INT64_BYTES,
+    OPTIMIZER_STATE_BYTES_PER_PARAM,
+    MemoryEstimate,
+    block_terms,
+)
+from models.cost.params import (
+    block_bias_params,
+    block_matmul_params,
+    cross_attn_params,
+    param_count,
+    position_rows,
+    qkv_width,
+)
+
+__all__ = ["encoder_decoder_memory"]
+
+
+def _cross_bytes(config: ModelConfig, s: int, dtype: str, backend: str, device: str
+                 ) -> tuple[int, int]:
+    """Bytes one cross-attention saves per target token and per source token (docstring)."""
+    d, h, d_kv = config.d_model, config.n_heads, config.d_kv
+    b = block_terms(config, s, dtype, backend, device)
+    if config.norm_position == "pre":
+        norm = b.residual * d + b.norm_stats + b.matmul * d
+    else:
+        norm = 2 * b.residual * d + b.norm_stats + b.autocast_copy * d
+    dropout = b.dropout_matmul * d
+    if b.math_path:
+        per_target = 2 * b.matmul * d + h * s * b.matmul * (3 if config.dropout > 0 else 1)
+        per_source = 2 * b.matmul * d
+    else:
+        per_target = 2 * b.matmul * d + FP32_BYTES * h
+        per_source = b.matmul * 2 * d_kv
+    return norm + dropout + per_target, per_source
+
+
+def encoder_decoder_memory(
+    config: ModelConfig,
+    *,
+    batch_size: int,
+    seq_len: int,
+    dtype: str,
+    optimizer: str,
+    backend: str,
+    device: str,
+) -> MemoryEstimate:
+    """Memory of one steady-state training step of an encoder-decoder model.
+
+    Args:
+        config: An ``arch="encoder_decoder"`` model.
+        batch_size: Windows per step B.
+        seq_len: Tokens per window T (S = src_len < T <= ``config.seq_len``).
+        dtype: ``fp32`` or ``bf16`` (bf16 autocast with fp32 weights).
+        optimizer: ``adamw`` or ``sgd`` (with momentum).
+        backend: The resolved attention backend (`models.cost.memory.resolve_backend`).
+        device: ``cuda`` or ``cpu``.
+
+    Returns:
+        A `models.cost.MemoryEstimate`, in bytes (module docstring: the model). The arguments
+        are not checked; `models.cost.estimate` checks them.
+    """
+    d, v = config.d_model, config.vocab_size
+    s, t_dec = config.src_len, seq_len - config.src_len
+    n_enc, n_dec = config.n_encoder_layers, config.n_decoder_layers
+    n_params = param_count(config)
+    enc = block_terms(config, s, dtype, backend, device)
+    dec = block_terms(config, t_dec, dtype, backend, device)
+    cross_target, cross_source = _cross_bytes(config, s, dtype, backend, device)
+
+    rows = position_rows(config)
+    buffer_bytes = 0
+    if config.pos_encoding == "rope":
+        buffer_bytes += 2 * FP32_BYTES * rows * config.d_head
+    elif config.pos_encoding == "sinusoidal":
+        buffer_bytes += FP32_BYTES * rows * d
+    weight_bytes = FP32_BYTES * n_params + buffer_bytes
+    grad_bytes = FP32_BYTES * n_params
+    optimizer_bytes = OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * n_params
+
+    # the encoder output read by every decoder layer: a pre-norm model's ln_enc output (and
+    # its statistics) is new; a post-norm one's is the last block's output, already counted
+    if config.norm_position == "pre":
+        enc_final = enc.norm_stats + enc.residual * d
+    else:
+        enc_final = 0
+    enc_final += n_dec * enc.autocast_copy * d
+    per_source = n_enc * enc.layer + enc.embedding + enc_final + n_dec * cross_source
+    per_target = n_dec * (dec.layer + cross_target) + dec.embedding + dec.final
+    ids = enc.ids * (s + t_dec) + INT64_BYTES * t_dec  # idx and targets; the targets' slice
+    activation_bytes = batch_size * (per_source * s + per_target * t_dec + ids)
+    if config.pos_encoding == "learned":
+        activation_bytes += INT64_BYTES * (s + t_dec)  # position ids of each stack
+    if dtype == "bf16":
+        n_linear_params = (n_enc + n_dec) * (block_matmul_params(config)
+                                             + block_bias_params(config))
+        n_linear_params += n_dec * cross_attn_params(config)
+        activation_bytes += BF16_BYTES * (n_linear_params + v * d)
+    target_tokens = batch_size * t_dec
+    loss_bytes = (dec.matmul + 3 * FP32_BYTES) * target_tokens * v
+    held_logit_bytes = dec.matmul * target_tokens * v
+
+    largest_param = max(v * d, d * qkv_width(config), d * config.d_ff, 2 * d * config.d_kv,
+                        rows * d if config.pos_encoding == "learned" else 0)
+    if device == "cpu":
+        step_temp_bytes = (2 if optimizer == "adamw" else 1) * FP32_BYTES * largest_param
+    else:
+        step_temp_bytes = FP32_BYTES * n_params
+    transient = max(dec.attn_transient - dec.mlp_half, dec.mlp_grad) * target_tokens
+    memory_grad = FP32_BYTES * d * batch_size * s  # the encoder output's gradient
+    start_of_backward = activation_bytes + loss_bytes
+    first_block_backward = (activation_bytes + held_logit_bytes + FP32_BYTES * v * d
+                            + transient + memory_grad)
+    optimizer_step = (grad_bytes + held_logit_bytes
+                      + 2 * INT64_BYTES * batch_size * seq_len + step_temp_bytes)
+    total = weight_bytes + optimizer_bytes + max(start_of_backward, first_block_backward,
+                                                 optimizer_step)
+    return MemoryEstimate(
+        weights=int(weight_bytes), grads=int(grad_bytes), optimizer=int(optimizer_bytes),
+        activations=int(activation_bytes), logits=int(loss_bytes), total=int(total),
+    )
