@@ -13,8 +13,11 @@ The procedure is microsoft/mup's ``_get_coord_data`` (``fix_data=True``, one see
 the optimizer is the trainer's own AdamW (`sweep.train.optim.build_adamw`, with the
 parametrization's per-group rates) at a constant learning rate. Each width is built from the
 same seed (mup seeds once before all widths, so its width 128 depends on whether 64 ran
-first). Recorded: the token embedding's output (``embedding``), each block's output
-(``block.<i>``) and the output logits (``logits``).
+first). Recorded: the token embedding's output (``embedding``; an encoder-decoder model's of the
+source, and ``embedding.target`` of the target tokens), each block's output
+(``block.<i>``; an encoder-decoder model's ``encoder.<i>`` then ``decoder.<i>``) and the output
+logits (``logits``; of an encoder-decoder model, the decoder's over the target tokens, whose
+loss is the one trained).
 
 Widths change ``d_model`` with the head width, the MLP ratio and the query-per-key-value-head
 ratio kept, as a size rule does (`width_config`); under ``mup`` the base width stays the given
@@ -31,18 +34,30 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from models import ModelConfig, build_model
 from models.errors import ConfigError
 from sweep.train.config import TrainConfig
 from sweep.train.optim import build_adamw
 
-__all__ = ["EMBEDDING", "LOGITS", "coord_data", "coord_figure", "log_width_slopes",
-           "width_config"]
+__all__ = ["EMBEDDING", "EMBEDDING_TARGET", "LOGITS", "coord_data", "coord_figure",
+           "log_width_slopes", "width_config"]
 
-#: Module names of the records: the embedding output and the logits (blocks: ``block.<i>``).
-EMBEDDING, LOGITS = "embedding", "logits"
+#: Module names of the records: the embedding output (an encoder-decoder model's of the source,
+#: then of the target tokens) and the logits (blocks: ``block.<i>``).
+EMBEDDING, EMBEDDING_TARGET, LOGITS = "embedding", "embedding.target", "logits"
+
+
+def _blocks(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """``(record name, block)`` in forward order.
+
+    ``block.<i>`` of a decoder-only model; ``encoder.<i>`` then ``decoder.<i>`` of an
+    encoder-decoder one.
+    """
+    if hasattr(model, "blocks"):
+        return [(f"block.{i}", b) for i, b in enumerate(model.blocks)]
+    return ([(f"encoder.{i}", b) for i, b in enumerate(model.encoder)]
+            + [(f"decoder.{i}", b) for i, b in enumerate(model.decoder)])
 
 
 def width_config(config: ModelConfig, width: int, parametrization: str | None = None,
@@ -105,9 +120,10 @@ def coord_data(config: ModelConfig, train: TrainConfig, batch: tuple[torch.Tenso
 
     Returns:
         One row per (parametrization, width, module, t): columns ``parametrization``,
-        ``width``, ``module`` (`EMBEDDING`, ``block.<i>``, `LOGITS`), ``t`` (1 to ``steps``)
-        and ``l1``, the mean absolute value of the module's output over batch, positions and
-        features. A step whose loss is not finite ends that width's records.
+        ``width``, ``module`` (`EMBEDDING`, ``block.<i>``, `LOGITS`; an encoder-decoder
+        model's `EMBEDDING`, `EMBEDDING_TARGET`, ``encoder.<i>``, ``decoder.<i>``, `LOGITS`),
+        ``t`` (1 to ``steps``) and ``l1``, the mean absolute value of the module's output over
+        batch, positions and features. A step whose loss is not finite ends that width's records.
 
     Raises:
         ConfigError: A width that does not fit the heads, ``steps`` < 1, or a base width the
@@ -126,20 +142,23 @@ def coord_data(config: ModelConfig, train: TrainConfig, batch: tuple[torch.Tenso
             optimizer = build_adamw(model, train, torch.device(device))
             for t in range(1, steps + 1):
                 key = {"parametrization": par, "width": width, "t": t}
+                # an encoder-decoder model embeds the source, then the target
+                names = iter((EMBEDDING, EMBEDDING_TARGET))
                 hooks = [model.wte.register_forward_hook(
-                    lambda _m, _i, out, key=key: _l1(records, {**key, "module": EMBEDDING},
-                                                     out))]
+                    lambda _m, _i, out, key=key, names=names: _l1(
+                        records, {**key, "module": next(names)}, out))]
                 hooks += [block.register_forward_hook(
-                    lambda _m, _i, out, key=key, i=i: _l1(records, {**key, "module":
-                                                                    f"block.{i}"}, out))
-                    for i, block in enumerate(model.blocks)]
+                    lambda _m, _i, out, key=key, name=name: _l1(records, {**key, "module":
+                                                                          name}, out))
+                    for name, block in _blocks(model)]
                 try:
-                    logits = model(x)  # (B, T, V)
+                    # (B, T, V), or (B, T - src_len, V) for an encoder-decoder model, whose
+                    # loss is over the target tokens only
+                    logits, loss = model(x, y)
                 finally:
                     for hook in hooks:
                         hook.remove()
                 _l1(records, {**key, "module": LOGITS}, logits)
-                loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
                 if not math.isfinite(loss.item()):
                     break
                 optimizer.zero_grad(set_to_none=True)

@@ -23,6 +23,7 @@ from sweep.data import load_corpus
 from sweep.train.config import TrainConfig
 from sweep.train.coord_check import (
     EMBEDDING,
+    EMBEDDING_TARGET,
     LOGITS,
     coord_data,
     coord_figure,
@@ -104,3 +105,19 @@ def test_figure_has_a_panel_per_step_and_parametrization(frame, tmp_path):
     assert len(fig.axes) == 2 * 5 and (tmp_path / "cc.png").stat().st_size > 0
     assert fig.axes[0].get_xscale() == "log"
 
+
+
+def test_an_encoder_decoder_model_records_both_stacks_and_is_flat_under_mup(tmp_path):
+    # Source then target in each window (synthetic:reverse); the logits are the decoder's over
+    # the target tokens, the loss the one the trainer trains on.
+    corpus = load_corpus("synthetic:reverse?vocab=12&length=5&seed=0&tokens=20000", tmp_path)
+    x, y = corpus.train_batch(0, 0, 16, 10)
+    config = ModelConfig(arch="encoder_decoder", vocab_size=12, seq_len=10, src_len=5,
+                         d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=2)
+    frame = coord_data(config, TrainConfig(lr=3e-3, weight_decay=0.0, grad_clip=0.0, steps=1),
+                       (torch.from_numpy(x), torch.from_numpy(y)), (32, 64, 128), 3)
+    assert set(frame["module"]) == {EMBEDDING, EMBEDDING_TARGET, "encoder.0", "decoder.0",
+                                    "decoder.1", LOGITS}
+    assert len(frame) == 2 * 3 * 3 * 6  # parametrizations x widths x steps x modules
+    slopes = log_width_slopes(frame, module=LOGITS)
+    assert abs(slopes["mup"]) < 0.2 and slopes["sp"] > 0.5, slopes
