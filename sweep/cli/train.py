@@ -252,7 +252,8 @@ def sample(
     """Generate text from a saved byte-level model: the prompt, then what the model adds.
 
     Only models trained on a byte-level corpus (``builtin:``, ``text:``) read and write text;
-    a model of token ids (``tokens:``, ``synthetic:``) is refused. The same seed gives the
+    a model of token ids (``tokens:``, ``synthetic:``) is refused, as is an encoder-decoder
+    model (it maps a source to a target, it does not continue text). The same seed gives the
     same text. Exits 2 for bad input.
     """
     from models.errors import ConfigError
@@ -270,6 +271,9 @@ def sample(
         bad_input(f"MODEL_DIR {model_dir}: trained on {saved.data or 'an unknown corpus'}, "
                   "whose tokens are ids, not bytes; sweep sample reads and writes text only "
                   "for byte-level models (corpora builtin: and text:)")
+    if saved.model.arch != "decoder_only":
+        bad_input(f"MODEL_DIR {model_dir}: an {saved.model.arch} model maps a source window to "
+                  "a target; sweep sample continues text with a decoder_only model")
     from sweep.train.generate import BYTE_VOCAB, decode_bytes, encode_text, generate
 
     ids = encode_text(prompt)

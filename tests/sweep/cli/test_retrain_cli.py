@@ -174,3 +174,17 @@ def test_a_plain_train_is_tracked_in_its_own_experiment_and_ids_are_not_sampled(
     result = _invoke("sample", tmp_path / "m", "--prompt", "x")
     assert result.exit_code == 2
     assert "tokens are ids, not bytes" in " ".join(result.stderr.split())
+
+
+def test_an_encoder_decoder_model_is_trained_saved_and_not_sampled_as_text(tmp_path):
+    # Byte-level windows: the first 8 bytes the source, the next 8 the target.
+    out = _last_json(_invoke("train", "--data", DATA, "--set", "arch=encoder_decoder",
+                             "--set", "seq_len=16", "--set", "src_len=8", "--set", "d_model=16",
+                             "--set", "n_heads=2", "--set", "n_layers=1", "--set", "steps=2",
+                             "--set", "batch_size=4", "--out", tmp_path,
+                             "--save", tmp_path / "m", "--json"))
+    assert out["run_id"]
+    result = _invoke("sample", tmp_path / "m", "--prompt", "def ")
+    assert result.exit_code == 2
+    assert "an encoder_decoder model maps a source window to a target" in " ".join(
+        result.stderr.split())
