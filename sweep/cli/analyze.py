@@ -346,7 +346,9 @@ def _print_transfer(reports: list[Any], out: Any) -> None:
                   f"{rep.drift:+.3f} doublings of lr* per doubling of width "
                   + (f"[{level} {_num(rep.interval[0])}, {_num(rep.interval[1])}]"
                      if rep.interval else "(no bootstrap)")
-                  + f"; on the grid {rep.drift_grid:+.3f}", highlight=False, markup=False)
+                  + f"; on the grid {rep.drift_grid:+.3f}"
+                  + (f"; each point the mean of {rep.replicates} seeds" if rep.replicates > 1
+                     else ""), highlight=False, markup=False)
         for note in rep.notes:
             out.print(f"note: {note}", highlight=False, markup=False)
 

@@ -13,12 +13,18 @@ finds the best learning rate in two ways:
   rate instead of size), clamped to the grid's range; the best grid point itself when the
   parabola does not open upwards.
 
+Seeds are replicates, not groups: when the grid searches ``train.seed`` (e.g. ``{choice: [0,
+1]}``), each (width, lr) point's loss is the mean over its seeds (a diverged seed makes it
++inf), as Yang et al. 2022 average their transfer curves over seeds (Figure 1); one seed's
+noise, 0.02-0.1 nats between neighbouring rates in a short run, is what moves a single curve's
+best point by a grid step.
+
 The drift is the least-squares slope of log2(lr*) against log2(width): how many doublings the
 best learning rate moves per doubling of width (0 under hyperparameter transfer; about -1 for
 SP's hidden layers under Adam, whose best rate scales like 1/width, Yang et al. 2022, "Tensor
 Programs V", sec. 3 and Table 3). Its interval is the percentile bootstrap of the drift
-refitted on the grid points resampled within each width's curve (`sweep.scaling.bootstrap`,
-``strata``), as the IsoFLOP fit resamples points within each budget.
+refitted on the grid points (seed-averaged) resampled within each width's curve
+(`sweep.scaling.bootstrap`, ``strata``), as the IsoFLOP fit resamples points within each budget.
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ __all__ = ["TransferCurve", "TransferReport", "analyze_transfer", "transfer_figu
            "transfer_points"]
 
 _WINDOW = 2  # grid steps either side of the best point that the parabola sees
-WIDTH, LR, LOSS, GROUP = "width", "lr", "loss", "group"
+WIDTH, LR, LOSS, GROUP, SEED = "width", "lr", "loss", "group", "seed"
+#: The grid field whose values are replicates of a point, averaged instead of grouped.
+SEED_FIELD = "train.seed"
 
 
 def transfer_points(trials: list[dict[str, Any]], grid_fields: list[str]) -> pd.DataFrame:
@@ -51,10 +59,13 @@ def transfer_points(trials: list[dict[str, Any]], grid_fields: list[str]) -> pd.
 
     Returns:
         Columns ``group`` (the other grid fields' values, e.g. ``parametrization=mup``; ``all``
-        when there are none), ``width`` (d_model), ``lr`` and ``loss`` (final val loss,
-        nats/token; +inf for a DIVERGED trial), one row per COMPLETE or DIVERGED trial.
+        when there are none; ``train.seed`` is not one of them), ``width`` (d_model), ``lr``,
+        ``seed`` (the trial's ``train.seed`` when the grid searches it, else None) and ``loss``
+        (final val loss, nats/token; +inf for a DIVERGED trial), one row per COMPLETE or
+        DIVERGED trial.
     """
-    others = [f for f in grid_fields if f != "train.lr"]
+    others = [f for f in grid_fields if f not in ("train.lr", SEED_FIELD)]
+    seeded = SEED_FIELD in grid_fields
     rows = []
     for t in trials:
         if t["state"] not in (TrialState.COMPLETE, TrialState.DIVERGED):
@@ -64,8 +75,9 @@ def transfer_points(trials: list[dict[str, Any]], grid_fields: list[str]) -> pd.
                 if t["state"] is TrialState.COMPLETE else math.inf)
         group = ", ".join(f"{f.split('.', 1)[1]}={p.get(f)}" for f in others) or "all"
         rows.append({GROUP: group, WIDTH: int(p["model.d_model"]), LR: float(p["train.lr"]),
+                     SEED: p.get(SEED_FIELD) if seeded else None,
                      LOSS: float(loss) if loss is not None else math.nan})
-    return pd.DataFrame(rows, columns=[GROUP, WIDTH, LR, LOSS])
+    return pd.DataFrame(rows, columns=[GROUP, WIDTH, LR, SEED, LOSS])
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,8 @@ class TransferCurve:
     Attributes:
         width: d_model.
         lrs: The grid's learning rates, ascending.
-        losses: Final val loss at each (nan: not trained; inf: diverged), nats/token.
+        losses: Final val loss at each, the mean over its seeds (nan: not trained; inf: a seed
+            diverged), nats/token.
         best_index: Index of the best grid point.
         lr_best: Its learning rate.
         lr_vertex: The parabola's vertex in log2(lr), as a learning rate, clamped to the grid.
@@ -103,6 +116,8 @@ class TransferReport:
         level: The interval's confidence level.
         grid_ratio: The grid's step, as a factor of learning rate (geometric mean).
         notes: What to keep in mind (a best point at the grid's edge).
+        replicates: Seeds averaged per point (the fewest any trained point has; 1 when the
+            grid does not search ``train.seed``).
     """
 
     group: str
@@ -114,11 +129,13 @@ class TransferReport:
     level: float
     grid_ratio: float
     notes: list[str] = field(default_factory=list)
+    replicates: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {"group": self.group, "grid_steps": self.grid_steps, "drift": self.drift,
                 "drift_grid": self.drift_grid, "interval": self.interval, "level": self.level,
                 "grid_ratio": self.grid_ratio, "notes": self.notes,
+                "replicates": self.replicates,
                 "widths": [{"width": c.width, "lr_best": c.lr_best, "lr_vertex": c.lr_vertex,
                             "best_index": c.best_index, "lrs": list(c.lrs),
                             "losses": [x if math.isfinite(x) else None for x in c.losses]}
@@ -153,9 +170,11 @@ def _group_report(group: str, rows: pd.DataFrame, n_bootstrap: int, seed: int,
     widths = sorted(int(w) for w in rows[WIDTH].unique())
     log_lr = np.log2(lrs)
     table = np.full((len(widths), len(lrs)), np.nan)
-    for r in rows.itertuples(index=False):
-        table[widths.index(int(getattr(r, WIDTH))), int(np.searchsorted(lrs, getattr(r, LR)))] \
-            = getattr(r, LOSS)
+    # one value per point: the mean over its seeds (+inf when any diverged)
+    means = rows.groupby([WIDTH, LR], sort=False)[LOSS].agg(["mean", "size"])
+    for (width, lr), (loss, _) in means.iterrows():
+        table[widths.index(int(width)), int(np.searchsorted(lrs, lr))] = loss
+    replicates = int(means["size"].min())
     ones = np.ones(len(lrs))
     curves, vertices, best = [], [], []
     for i, w in enumerate(widths):
@@ -186,7 +205,7 @@ def _group_report(group: str, rows: pd.DataFrame, n_bootstrap: int, seed: int,
              "beyond it" for c in curves if c.best_index in (0, len(lrs) - 1)]
     ratio = float(2.0 ** np.mean(np.diff(log_lr))) if len(lrs) > 1 else math.nan
     return TransferReport(group, curves, int(max(best) - min(best)), drift, drift_grid,
-                          interval, level, ratio, notes)
+                          interval, level, ratio, notes, replicates)
 
 
 def analyze_transfer(points: pd.DataFrame, *, n_bootstrap: int = 1000, seed: int = 0,
@@ -240,7 +259,7 @@ def transfer_figure(reports: list[TransferReport], path: Any = None) -> Any:
             ax.plot([c.lr_best], [loss[c.best_index]], marker="*", ms=11, color=colour)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("learning rate")
-        ax.set_title(f"{rep.group}: drift {rep.drift:+.2f} doublings / width doubling",
+        ax.set_title(f"{rep.group}\ndrift {rep.drift:+.2f} doublings / width doubling",
                      fontsize=9)
     axes[0][0].set_ylabel("final val loss (nats/token)")
     axes[0][0].legend(fontsize=8)

@@ -373,9 +373,10 @@ class TransferSpec(_Section):
     searched field's choices (the product, each point trained once, to the end). Each width
     sets ``d_model``, ``n_heads = d_model / d_head`` and ``d_ff = round(d_ff_ratio *
     d_model)``; ``base_d_model`` (muP, CompleteP) stays as the model section fixes it, so the
-    widths share one base. Under muP the best learning rate should stay put across the widths
-    (Yang et al. 2022, "Tensor Programs V", sec. 1 and Figure 1); ``sweep analyze transfer``
-    measures how far it moves.
+    widths share one base. A searched ``train.seed`` (``{choice: [0, 1]}``) gives each point
+    that many replicates, which ``sweep analyze transfer`` averages. Under muP the best learning
+    rate should stay put across the widths (Yang et al. 2022, "Tensor Programs V", sec. 1 and
+    Figure 1); ``sweep analyze transfer`` measures how far it moves.
     """
 
     widths: list[int] = Field(min_length=2, max_length=MAX_TRANSFER_WIDTHS)

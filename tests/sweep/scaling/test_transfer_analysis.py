@@ -77,8 +77,34 @@ def test_points_from_trial_records(tmp_path):
                               trial(TrialState.COMPLETE, 128, 1e-3, 2.4, p="sp")],
                              ["model.parametrization", "train.lr"])
     assert points.to_dict(orient="records") == [
-        {"group": "parametrization=mup", "width": 64, "lr": 1e-3, "loss": 2.5},
-        {"group": "parametrization=mup", "width": 64, "lr": 1e-1, "loss": math.inf},
-        {"group": "parametrization=sp", "width": 128, "lr": 1e-3, "loss": 2.4}]
+        {"group": "parametrization=mup", "width": 64, "lr": 1e-3, "seed": None, "loss": 2.5},
+        {"group": "parametrization=mup", "width": 64, "lr": 1e-1, "seed": None,
+         "loss": math.inf},
+        {"group": "parametrization=sp", "width": 128, "lr": 1e-3, "seed": None, "loss": 2.4}]
     fig = transfer_figure(analyze_transfer(curves(-1.0), n_bootstrap=0), tmp_path / "t.png")
     assert (tmp_path / "t.png").stat().st_size > 0 and len(fig.axes) == 1
+
+
+def test_seeds_are_averaged_per_point_not_grouped():
+    # Two seeds whose noise alone moves each one's best point; their mean is the exact curve.
+    exact = curves(0.0)
+    rng = np.random.default_rng(3)
+    noise = 0.2 * rng.standard_normal(len(exact))
+    trials = [{"state": TrialState.COMPLETE,
+               "params": {"model.d_model": int(r.width), "train.lr": r.lr, "train.seed": seed},
+               "metrics": {METRIC_FINAL_VAL_LOSS: r.loss + sign * n}}
+              for seed, sign in ((0, 1.0), (1, -1.0))
+              for r, n in zip(exact.itertuples(), noise, strict=True)]
+    trials.append({"state": TrialState.DIVERGED,  # a diverged seed makes its point +inf
+                   "params": {"model.d_model": 64, "train.lr": 2.0 ** -4, "train.seed": 2},
+                   "metrics": {}})
+    points = transfer_points(trials, ["train.lr", "train.seed"])
+    assert set(points["group"]) == {"all"} and set(points["seed"]) == {0, 1, 2}
+    (rep,) = analyze_transfer(points, n_bootstrap=0)
+    assert rep.replicates == 2  # the point 2^-4 at width 64 has three seeds, the rest two
+    assert rep.curves[0].losses[-1] == math.inf
+    assert [c.best_index for c in rep.curves] == [4] * len(WIDTHS) and rep.grid_steps == 0
+    assert rep.drift == pytest.approx(0.0, abs=1e-9)
+    for seed in (0, 1):  # alone, either seed's best point moves
+        (one,) = analyze_transfer(points[points["seed"] == seed], n_bootstrap=0)
+        assert one.grid_steps >= 1
