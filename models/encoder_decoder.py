@@ -48,7 +48,6 @@ from models.transformer import (
     SinusoidalEmbedding,
     SwiGLU,
     _norm,
-    _scale,
 )
 
 __all__ = ["DecoderBlock", "EncoderDecoder", "PostNormDecoderBlock", "PreNormDecoderBlock"]
@@ -139,15 +138,8 @@ class EncoderDecoder(LanguageModel):
         self.decoder = nn.ModuleList(
             DecoderBlock.build(config, self.rope) for _ in range(config.n_decoder_layers)
         )
-        self.ln_f = _norm(config) if config.norm_position == "pre" else nn.Identity()
-        self.readout_scale = _scale(parametrization.output_mult(config))
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        if config.tie_embeddings:
-            self.lm_head.weight = self.wte.weight
-
-        stds = {id(p): parametrization.init_std(config, role)
-                for _, p, role in self.param_roles()}
-        self.apply(lambda module: self._init_weights(module, stds))
+        self._build_readout(config)
+        self._init_by_role()  # then the residual projections again, as GPT-2 does
         hidden_std = parametrization.init_std(config, "hidden")
         enc_std = hidden_std / math.sqrt(2 * config.n_encoder_layers)
         dec_std = hidden_std / math.sqrt(3 * config.n_decoder_layers)

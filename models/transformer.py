@@ -189,6 +189,24 @@ class LanguageModel(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
+    def _build_readout(self, config: ModelConfig) -> None:
+        """``ln_f``, the readout multiplier and ``lm_head`` (tied to ``wte`` when configured)."""
+        self.ln_f = _norm(config) if config.norm_position == "pre" else nn.Identity()
+        # muP's output multiplier 1/width_mult on the readout's input (MuReadout's form)
+        self.readout_scale = _scale(parametrization.output_mult(config))
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.wte.weight
+
+    def _init_by_role(self) -> None:
+        """Draw every Linear and Embedding in module order, biases zero: GPT-2's first pass.
+
+        Each weight's standard deviation is its role's (`models.parametrization.init_std`).
+        """
+        stds = {id(p): parametrization.init_std(self.config, role)
+                for _, p, role in self.param_roles()}
+        self.apply(lambda module: self._init_weights(module, stds))
+
     def param_roles(self) -> list[tuple[str, nn.Parameter, str]]:
         """Every parameter with its role in `models.parametrization` (``ROLES``).
 
@@ -280,18 +298,11 @@ class Transformer(LanguageModel):
             Block.build(config, SelfAttention(config, rope=self.rope, mask=self.sparse_mask))
             for _ in range(config.n_layers)
         )
-        self.ln_f = _norm(config) if config.norm_position == "pre" else nn.Identity()
-        # muP's output multiplier 1/width_mult on the readout's input (MuReadout's form)
-        self.readout_scale = _scale(parametrization.output_mult(config))
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        if config.tie_embeddings:
-            self.lm_head.weight = self.wte.weight
+        self._build_readout(config)
 
         # GPT-2's order of draws (every Linear and Embedding, then the residual projections
         # again), each with its role's standard deviation
-        stds = {id(p): parametrization.init_std(config, role)
-                for _, p, role in self.param_roles()}
-        self.apply(lambda module: self._init_weights(module, stds))
+        self._init_by_role()
         residual_std = parametrization.init_std(config, "hidden_out")
         for block in self.blocks:
             nn.init.normal_(block.attn.c_proj.weight, mean=0.0, std=residual_std)
