@@ -143,7 +143,14 @@ class TrialRun:
         if exc is None:
             self.end(TrialState.COMPLETE)
         elif isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            self.end(TrialState.INTERRUPTED, fail_reason=f"interrupted ({exc_type.__name__})")
+            # A signal can land inside a store write and leave the store unwritable for the
+            # moment (SQLite: "database is locked"); recording the end must never replace the
+            # interrupt, or the study would go on. The next resume ends the run then.
+            try:
+                self.end(TrialState.INTERRUPTED,
+                         fail_reason=f"interrupted ({exc_type.__name__})")
+            except Exception:  # noqa: BLE001
+                self._stop_heartbeat()
         elif (what := infrastructure_fault(exc)) is not None:
             try:  # the store itself may be what failed: the next resume ends the run then
                 self.end(TrialState.INTERRUPTED, fail_reason=f"interrupted: {what}")

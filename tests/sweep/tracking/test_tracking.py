@@ -734,3 +734,27 @@ def test_flatten_and_unflatten_params_invert_each_other():
 ])
 def test_shown_uri_hides_passwords_and_nothing_else(address, shown):
     assert tracking.shown_uri(address) == shown
+
+
+@pytest.mark.slow  # MLflow retries the locked store for about 20 s
+def test_an_interrupt_whose_end_cannot_be_written_still_interrupts(tmp_path):
+    # Ctrl-C landed inside a store write and the store stays locked (SQLite "database is
+    # locked", another connection holding the write lock): ending the run fails, and the
+    # interrupt must still reach the driver instead of a failed trial and a study that goes on.
+    import sqlite3
+
+    from sweep.tracking.trial_run import TrialRun
+
+    db = tmp_path / "mlflow.db"
+    client = MlflowClient(f"sqlite:///{db}")
+    experiment_id = client.create_experiment("locked")
+    run_id = client.create_run(experiment_id).info.run_id
+    lock = sqlite3.connect(db, timeout=0.1)
+    run = TrialRun(client, run_id, 0)
+    with pytest.raises(KeyboardInterrupt):
+        with run:
+            lock.execute("BEGIN EXCLUSIVE")
+            raise KeyboardInterrupt()
+    lock.rollback()
+    lock.close()
+    assert client.get_run(run_id).info.status == "RUNNING"  # left for the next resume to end
