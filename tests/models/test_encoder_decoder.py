@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.flop_counter import FlopCounterMode
 
 from models import ConfigError, ModelConfig, build_model
 from models.cost import estimate, flops_per_token, non_embedding_param_count, param_count
@@ -16,6 +14,7 @@ from models.encoder_decoder import EncoderDecoder
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cost_memory import measured_cpu_peak  # noqa: E402
+from test_gqa import _math_flops  # noqa: E402
 
 ENC_DEC = {"arch": "encoder_decoder", "vocab_size": 40, "seq_len": 24, "d_model": 32,
            "n_heads": 4, "n_layers": 2}
@@ -132,17 +131,6 @@ def test_cross_attention_parameters_by_hand():
     d, f = 512, 2048
     norms = 6 * 2 * d + 6 * 3 * d
     assert param_count(c) - d == 6 * (4 * d * d + 2 * d * f) + 6 * (8 * d * d + 2 * d * f) + norms
-
-
-def _math_flops(model, idx, train):
-    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        if train:
-            _, loss = model(idx, idx)
-            loss.backward()
-        else:
-            with torch.no_grad():
-                model(idx)
-    return counter.get_total_flops()
 
 
 @pytest.mark.parametrize("overrides", PARAM_GRID)
