@@ -29,7 +29,7 @@ import time
 import torch
 from gpt_reference import GPT  # bench/ is on sys.path when this file runs as a script
 
-from models import ModelConfig, build_model, cost
+from sweep_models import ModelConfig, build_model, cost
 
 SIZES = [  # name, d_model, n_layers, n_heads, seq_len, batch
     ("d128-L4", 128, 4, 4, 256, 8),

@@ -166,10 +166,10 @@ def _figures(n: int, wall: float, starts: list[float], inside: float | None,
 
 
 def _trainer_warmup(cache: Path) -> None:
-    from models.config import ModelConfig
     from sweep.data import load_corpus
     from sweep.train.config import TrainConfig
     from sweep.train.trainer import NullReporter, Trainer
+    from sweep_models.config import ModelConfig
 
     corpus = load_corpus(DATA_URI, cache)
     Trainer(ModelConfig(**MODEL), TrainConfig(**TRAIN), corpus, device="cpu").train(NullReporter())
@@ -180,10 +180,10 @@ def _bare_optuna(n: int, out: Path, trainer_cls: type) -> None:
     import mlflow
     import optuna
 
-    from models.config import ModelConfig
     from sweep import space
     from sweep.data import load_corpus
     from sweep.train.config import TrainConfig
+    from sweep_models.config import ModelConfig
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     corpus = load_corpus(DATA_URI, out / "data")
@@ -251,11 +251,11 @@ def _bare_ray(n: int, out: Path, reuse: bool = False) -> str:
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
 
-    from models.config import ModelConfig
     from sweep import space
     from sweep.data import load_corpus
     from sweep.train.config import TrainConfig
     from sweep.train.trainer import Trainer
+    from sweep_models.config import ModelConfig
 
     uri = f"sqlite:///{out / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)

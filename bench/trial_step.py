@@ -24,11 +24,11 @@ import time
 
 import torch
 
-from models import ModelConfig, build_model
 from sweep.data import load_corpus
 from sweep.train.config import TrainConfig, resolve_budget
 from sweep.train.optim import decay_groups
 from sweep.train.trainer import NullReporter, Trainer
+from sweep_models import ModelConfig, build_model
 
 
 def bare_run(model_config, train_config, corpus) -> float:

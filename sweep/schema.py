@@ -412,14 +412,15 @@ def unflatten_params(flat: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def cost_metrics(estimate: Any) -> dict[str, float]:
-    """`COST_METRICS` from a `models.cost.CostEstimate` (or any object with its field names).
+    """`COST_METRICS` from a `sweep_models.cost.CostEstimate` (or any object with its field names).
 
     ``flops_per_token`` is the forward count over the kept query-key pairs,
     ``flops_per_token_dense`` the dense-attention forward count (nanoGPT/PaLM convention),
     ``flops_per_token_train`` forward + backward, ``mem_estimate_bytes`` the training total;
     for an encoder-decoder model (``model.arch=encoder_decoder``) a token is any token of the
     window, source or target (a window's FLOPs over ``seq_len``, as ``tokens`` counts them),
-    and ``val_loss`` is per target token (`models.cost.flops`, `models.encoder_decoder`);
+    and ``val_loss`` is per target token (`sweep_models.cost.flops`,
+    `sweep_models.encoder_decoder`);
     ``mem_estimate_bytes`` is nan for an estimate without a memory breakdown.
     """
     memory = getattr(estimate, "memory", None)

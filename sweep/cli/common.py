@@ -126,7 +126,7 @@ def split_sets(sets: dict[str, object], sections: tuple[str, ...] = ("model", "t
     """Sort parsed ``--set`` flags into config sections by field name.
 
     A key is ``FIELD`` (the section whose config has that field; no field name is shared by
-    `models.ModelConfig` and `sweep.train.TrainConfig`) or ``SECTION.FIELD``.
+    `sweep_models.ModelConfig` and `sweep.train.TrainConfig`) or ``SECTION.FIELD``.
 
     Args:
         sets: `parse_sets`'s result.
@@ -141,8 +141,8 @@ def split_sets(sets: dict[str, object], sections: tuple[str, ...] = ("model", "t
     """
     import difflib
 
-    from models.config import ModelConfig
     from sweep.train.config import TrainConfig
+    from sweep_models.config import ModelConfig
 
     fields = {"model": ModelConfig.field_names(), "train": TrainConfig.field_names()}
     out: dict[str, dict[str, object]] = {section: {} for section in sections}

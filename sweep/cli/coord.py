@@ -77,9 +77,9 @@ def _from_spec(path: str, sets: dict[str, Any]) -> tuple[dict, dict, list[str], 
 def _resolve(spec_or_preset: str, sets: dict[str, Any], widths_raw: str | None,
              pars_raw: str | None, lr: float | None):
     """Model and train configs, widths and parametrizations; exits 2 on bad input."""
-    from models import ConfigError, ModelConfig
-    from models.presets import PRESETS, preset_dict
     from sweep.train.config import TrainConfig
+    from sweep_models import ConfigError, ModelConfig
+    from sweep_models.presets import PRESETS, preset_dict
 
     for key in sets:
         if not key.startswith(("model.", "train.")):
@@ -197,8 +197,8 @@ def coord_check(
         spec_or_preset, parse_sets(sets), widths, parametrization, lr)
     folder = Path(out) if out else (spec.default_output_dir() / "coord-check" if spec
                                     else Path("runs") / "coord-check")
-    from models import ConfigError
     from sweep.train.coord_check import width_config
+    from sweep_models import ConfigError
 
     try:
         for w in width_list:

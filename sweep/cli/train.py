@@ -57,7 +57,7 @@ def _source(preset, from_study, trial, config, tracking_uri):
 
 @app.command()
 def train(
-    preset: str = typer.Option(None, help="Model preset (models/presets.py); default tiny."),
+    preset: str = typer.Option(None, help="Model preset (sweep_models.presets); default tiny."),
     from_study: str = typer.Option(None, "--from-study", metavar="STUDY_DIR",
                                    help="Start from a study's trial: its folder (or name)."),
     trial: int = typer.Option(None, "--trial", metavar="N", min=0,
@@ -94,7 +94,7 @@ def train(
 
     Exits 0 when training completes, 1 when it diverges, 2 for bad input.
     """
-    from models.errors import ConfigError
+    from sweep_models.errors import ConfigError
 
     overrides = split_sets(parse_sets(sets))
     _check_save_dir(save)
@@ -112,9 +112,9 @@ def _train(base, study_trial, overrides, *, data, budget_tokens, out, save, trac
     import os
     from pathlib import Path
 
-    from models.errors import ConfigError
     from sweep.data import DataError
     from sweep.train.command import PrintReporter, TrainRequest, result_json
+    from sweep_models.errors import ConfigError
 
     if out is None:
         out = study_trial.folder if study_trial is not None and study_trial.folder \
@@ -256,8 +256,8 @@ def sample(
     model (it maps a source to a target, it does not continue text). The same seed gives the
     same text. Exits 2 for bad input.
     """
-    from models.errors import ConfigError
     from sweep.train.saved import read_saved_config
+    from sweep_models.errors import ConfigError
 
     if not math.isfinite(temperature):
         bad_input(f"--temperature {temperature}: must be a finite number >= 0")
@@ -303,7 +303,7 @@ def _format_bytes(n: int) -> str:
 
 def _parametrization_rows(table: Table, config) -> None:
     """The parametrization and, for muP and CompleteP, its base shape (no cost depends on it)."""
-    from models import parametrization
+    from sweep_models import parametrization
 
     name = config.parametrization
     if name == "completep":
@@ -345,8 +345,8 @@ def estimate_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Parameters, FLOPs per token and training memory of a model, without building it."""
-    from models import ConfigError, ModelConfig
-    from models import cost as cost_model
+    from sweep_models import ConfigError, ModelConfig
+    from sweep_models import cost as cost_model
 
     overrides = split_sets(parse_sets(sets), ("model",))["model"]
     try:

@@ -8,7 +8,7 @@ imports nothing it looks for), reads the one line it prints, and deletes the job
 `code_fingerprint` runs here, so the two sources compare exactly.
 
 `code_plan` turns the answer into what the study job needs: nothing when the cluster's code is
-this code, else the packages ``sweep`` and ``models`` shipped in the job's ``runtime_env``
+this code, else the packages ``sweep`` and ``sweep_models`` shipped in the job's ``runtime_env``
 (``py_modules``: Ray uploads them once per content hash and puts them first on the job's
 ``PYTHONPATH``, for the driver and for every trial worker it starts).
 """
@@ -30,7 +30,7 @@ __all__ = ["DEPENDENCIES", "PROBE_TIMEOUT_S", "ClusterFacts", "cluster_facts", "
 DEPENDENCIES = ("torch", "numpy", "optuna", "mlflow", "pandas", "pydantic", "yaml", "typer",
                 "rich", "scipy", "matplotlib", "ray")
 #: This project's top-level packages, shipped when the cluster does not have them.
-PACKAGES = ("sweep", "models")
+PACKAGES = ("sweep", "sweep_models")
 #: Seconds the probe job may take, from submission to its end (a busy cluster queues it).
 PROBE_TIMEOUT_S = 120.0
 _MARKER = "sweep-cluster-facts:"
@@ -178,7 +178,7 @@ def _delete_when_ended(client: Any, job_id: str) -> None:
 
 
 def local_packages() -> list[Path]:
-    """The folders of this project's packages as imported here (``sweep``, ``models``)."""
+    """The folders of this project's packages as imported here (``sweep``, ``sweep_models``)."""
     import importlib
 
     return [Path(importlib.import_module(name).__file__).parent for name in PACKAGES]

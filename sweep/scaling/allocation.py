@@ -7,7 +7,7 @@ Two FLOP counts:
   N_opt = G (C/6)^a, D_opt = G^-1 (C/6)^b, G = (alpha A / (beta B))^(1/(alpha+beta)),
   a = beta / (alpha + beta), b = alpha / (alpha + beta) (their appendix A);
 - the project's own count, ``flops_per_token(N)`` training FLOPs per token for a model of N
-  parameters (e.g. an interpolation of `models.cost`'s ``flops_per_token_train`` over a size
+  parameters (e.g. an interpolation of `sweep_models.cost`'s ``flops_per_token_train`` over a size
   ladder): D = C / flops_per_token(N), and N_opt minimises L(N, C / flops_per_token(N)) over
   log N by bounded 1-D search (Brent's method, `scipy.optimize.minimize_scalar`).
 

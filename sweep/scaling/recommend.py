@@ -1,11 +1,11 @@
 """From fit to model: the shapes of a study's size rule to train at a target budget.
 
 A fit gives N_opt for a budget C; `recommend` turns it into the shapes the study's size rule
-(`sweep.space.grid.nearest_shapes`) offers nearest to N_opt, each priced by the project's cost
-model (`models.cost.estimate`: parameters, training FLOPs per token, the memory of one training
-step on a named device) with the tokens the budget buys it (C / training FLOPs per token), and
-a spec fragment that trains it (`spec_fragment`). `add_recommendations` does this for each
-target budget of a `sweep.scaling.report.ScalingReport`, from its best fit.
+(`sweep.space.grid.nearest_shapes`) offers nearest to N_opt, each priced by the project's cost model
+(`sweep_models.cost.estimate`: parameters, training FLOPs per token, the memory of one training step
+on a named device) with the tokens the budget buys it (C / training FLOPs per token), and a spec
+fragment that trains it (`spec_fragment`). `add_recommendations` does this for each target budget of
+a `sweep.scaling.report.ScalingReport`, from its best fit.
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ def recommend(spec: StudySpec, budget_flops: float, n_opt: float, *, k: int = 3,
         ValueError: ``spec`` is not a scaling study, a non-positive budget or N, or an unknown
             device.
     """
-    from models.cost import estimate
     from sweep.space import grid
     from sweep.space.sampling import build_configs, fixed_values
+    from sweep_models.cost import estimate
 
     if spec.scaling is None:
         raise ValueError(f"{spec.name}: not a scaling study (no size rule to recommend from)")

@@ -3,7 +3,7 @@
 Optuna samples define-by-run (`suggest`); Ray Tune reuses the same function through
 ``OptunaSearch(space=define_by_run(spec))`` and rebuilds configs from its flat ``config`` dict
 with `configs_from_params`. Before a trial trains, `check_constraints` prices it with
-`models.cost.estimate` so an infeasible config costs no training; `summarize` prices a sample
+`sweep_models.cost.estimate` so an infeasible config costs no training; `summarize` prices a sample
 of the space once for preflight, ``sweep validate`` and the Ray schedulers.
 """
 

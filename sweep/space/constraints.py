@@ -10,11 +10,11 @@ import functools
 import os
 from typing import Any
 
-from models.config import ModelConfig
 from sweep.spec import (
     StudySpec,
 )
 from sweep.train.config import TrainConfig
+from sweep_models.config import ModelConfig
 
 #: Constraint values per trial, in order: parameters, forward FLOPs per token, memory.
 CONSTRAINT_NAMES = ("max_params", "max_flops_per_token", "max_memory")
@@ -112,12 +112,12 @@ def training_cost(model_cfg: ModelConfig, train_cfg: TrainConfig, device: str) -
     the device's type.
 
     Returns:
-        A `models.cost.CostEstimate` (memory in bytes, FLOPs per token).
+        A `sweep_models.cost.CostEstimate` (memory in bytes, FLOPs per token).
 
     Raises:
         ValueError: An unknown or unavailable device.
     """
-    from models.cost import estimate
+    from sweep_models.cost import estimate
 
     if _surely_cpu(device):  # no torch needed: autocast is bf16 on CPU only when asked for
         kind, dtype = "cpu", "bf16" if train_cfg.precision == "bf16" else "fp32"
@@ -165,7 +165,7 @@ def check_constraints(
 
     Returns:
         ``(ok, reason, cost)``: ``reason`` names each broken limit (None when ok); ``cost`` is
-        the `models.cost.CostEstimate`.
+        the `sweep_models.cost.CostEstimate`.
     """
     device = device or train_cfg.device
     cost = training_cost(model_cfg, train_cfg, device)

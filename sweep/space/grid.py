@@ -1,16 +1,15 @@
 """The IsoFLOP grid of a scaling study: which shape trains at which FLOP budget, for how long.
 
-Hoffmann et al. 2022 ("Training Compute-Optimal Large Language Models", section 3.2) train, for
-each budget C, a range of model sizes N for D = C / (FLOPs per token) tokens each, and read the
-compute-optimal N off the minimum of loss against N. Here the shapes come from the spec's size
-rule or ladder (`shapes`), priced by the project's cost model (`candidates`: N and the training
-FLOPs per token of `models.cost.flops_per_token`, so D = C / flops_per_token(shape, train=True),
-not C / 6N). For each budget, `layout_budget` picks ``sizes_per_budget`` shapes log-spaced from
-N*/span to N* x span around a centre N*: where D / N equals the spec's ``tokens_per_param``
-prior (`prior_centre`), or the optimum the earlier budgets point to (`recentre`, from each
-earlier curve's parabola vertex, `curve_optimum`). Shapes that would train less than one
-optimizer step, or more than ``max_epochs`` passes over the corpus's training split, are left
-out with a note.
+Hoffmann et al. 2022 ("Training Compute-Optimal Large Language Models", section 3.2) train, for each
+budget C, a range of model sizes N for D = C / (FLOPs per token) tokens each, and read the
+compute-optimal N off the minimum of loss against N. Here the shapes come from the spec's size rule
+or ladder (`shapes`), priced by the project's cost model (`candidates`: N and the training FLOPs per
+token of `sweep_models.cost.flops_per_token`, so D = C / flops_per_token(shape, train=True), not C /
+6N). For each budget, `layout_budget` picks ``sizes_per_budget`` shapes log-spaced from N*/span to
+N* x span around a centre N*: where D / N equals the spec's ``tokens_per_param`` prior
+(`prior_centre`), or the optimum the earlier budgets point to (`recentre`, from each earlier curve's
+parabola vertex, `curve_optimum`). Shapes that would train less than one optimizer step, or more
+than ``max_epochs`` passes over the corpus's training split, are left out with a note.
 
 Every (budget, shape) pair has a label, the one categorical Optuna parameter
 ``scaling.point`` (`SCALING_POINT`), whose choices are every budget times every shape of the
@@ -73,10 +72,10 @@ class Candidate:
 
     Attributes:
         shape: The shape.
-        n_params: Total parameters (embeddings included), `models.cost.param_count`.
+        n_params: Total parameters (embeddings included), `sweep_models.cost.param_count`.
         n_params_non_embedding: Parameters without the token and position embeddings.
         flops_per_token_train: Training FLOPs per token (forward + backward, attention
-            included), `models.cost.flops_per_token(train=True)`.
+            included), `sweep_models.cost.flops_per_token(train=True)`.
     """
 
     shape: Shape
@@ -434,7 +433,7 @@ def _rule_shape(spec: StudySpec, width: int, depth: int | None = None) -> Shape:
 
 
 def _price(spec: StudySpec, shape: Shape) -> Candidate:
-    from models.cost import flops_per_token, non_embedding_param_count, param_count
+    from sweep_models.cost import flops_per_token, non_embedding_param_count, param_count
 
     model, _ = _configs(spec, {f"model.{k}": v for k, v in shape.fields().items()}
                         | {"train.flops": spec.scaling.budgets[0]})

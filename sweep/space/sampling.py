@@ -16,9 +16,6 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from models.config import ModelConfig
-from models.errors import ConfigError
-from models.presets import preset_dict
 from sweep.spec import (
     ChoiceDomain,
     FloatDomain,
@@ -28,6 +25,9 @@ from sweep.spec import (
 )
 from sweep.spec.rules import section_defaults
 from sweep.train.config import TrainConfig
+from sweep_models.config import ModelConfig
+from sweep_models.errors import ConfigError
+from sweep_models.presets import preset_dict
 
 _SCALARS = (str, int, float, bool, type(None))
 

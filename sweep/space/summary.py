@@ -11,12 +11,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from models.errors import ConfigError
 from sweep.schema import METRIC_FLOPS_PER_TOKEN, METRIC_MEM_ESTIMATE, METRIC_N_PARAMS
 from sweep.space.constraints import check_constraints, memory_limit_bytes
 from sweep.space.sampling import choice_labels, configs_from_params, corner_params, sample_params
 from sweep.spec import ChoiceDomain, FloatDomain, IntDomain, StudySpec
 from sweep.train.config import resolve_budget
+from sweep_models.errors import ConfigError
 
 __all__ = ["SpaceSummary", "describe_space", "grid_search_space", "summarize"]
 

@@ -30,10 +30,10 @@ OBJECTIVES = (METRIC_VAL_LOSS, *COST_METRICS)
 #: Fields population-based training may change on a live model (shape-preserving), with their
 #: section: exactly what `sweep.train.Trainer.set_hparams` can change.
 PBT_MUTABLE = LIVE_HPARAMS
-#: Model fields that set the parametrization (`models.parametrization`): what the weights and
+#: Model fields that set the parametrization (`sweep_models.parametrization`): what the weights and
 #: the per-group learning rates mean, so PBT, which copies weights between members, keeps them.
 PARAMETRIZATION_FIELDS = ("parametrization", "base_d_model", "base_n_layers", "completep_alpha")
-#: The model fields of encoder-decoder models (`models.config.ENCODER_DECODER_FIELDS`).
+#: The model fields of encoder-decoder models (`sweep_models.config.ENCODER_DECODER_FIELDS`).
 ARCH_FIELDS = ("arch", "n_encoder_layers", "n_decoder_layers", "src_len")
 #: Fields that fix parameter-tensor shapes, the parametrization or the data layout; PBT must
 #: never mutate them.

@@ -24,10 +24,10 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
-from models.config import ModelConfig
 from sweep.spec.fields import DATA_SCHEMES, DERIVED_MODEL_KEYS, FIELD_RULES, Rule, show_number
 from sweep.spec.schema import StudySpec
 from sweep.train.config import PRECISIONS, SCHEDULES, TrainConfig
+from sweep_models.config import ModelConfig
 
 __all__ = ["SCHEMA_TITLE", "json_schema", "reference_markdown"]
 
@@ -37,7 +37,8 @@ _DOMAINS = ("FloatDomain", "IntDomain", "ChoiceDomain")
 _STR_CHOICES = {"train.schedule": SCHEDULES, "train.precision": PRECISIONS}
 #: What the derived model keys mean (`sweep.spec.fields.DERIVED_MODEL_KEYS`).
 _DERIVED_DOCS = {
-    "preset": "A preset's fields (`models/presets.py`) as the defaults of this section.",
+    "preset": "A preset's fields (`models/sweep_models/presets.py`) as the defaults of this "
+              "section.",
     "d_head": "Head width: n_heads = d_model / d_head.",
     "d_ff_ratio": "d_ff = round(d_ff_ratio * d_model).",
 }
@@ -279,7 +280,8 @@ def _doc(model: type) -> str:
 def reference_markdown() -> str:
     """The field reference of a study spec as Markdown (``docs/spec-reference.md``)."""
     out = ["# Study spec reference", "",
-           "Generated from the spec's models (`sweep/spec/schema.py`, `models/config.py`, "
+           "Generated from the spec's models (`sweep/spec/schema.py`, "
+           "`models/sweep_models/config.py`, "
            "`sweep/train/config.py`, `sweep/spec/fields.py`) by `sweep schema --markdown`; "
            "`sweep schema` prints the JSON Schema for editors. `sweep validate SPEC` checks "
            "everything here and the rules across fields.", "",

@@ -27,8 +27,6 @@ from dataclasses import MISSING
 from dataclasses import fields as dc_fields
 from typing import Any, Literal, Union
 
-from models.config import ModelConfig
-from models.presets import PRESETS
 from sweep.schema import METRIC_VAL_LOSS
 from sweep.spec.domains import ChoiceDomain, FloatDomain, IntDomain
 from sweep.spec.fields import (
@@ -44,6 +42,8 @@ from sweep.spec.fields import (
 from sweep.spec.schema import PBTSpec, StudySpec, ordered, resolve_ref
 from sweep.train.config import BUDGET_FIELDS as _BUDGET_FIELDS
 from sweep.train.config import TrainConfig
+from sweep_models.config import ModelConfig
+from sweep_models.presets import PRESETS
 
 __all__ = ["ordered", "problems", "resolve_ref", "section_defaults", "train_config_class"]
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from models.errors import ConfigError
 from sweep.schema import METRIC_BEST_VAL_LOSS, METRIC_TOKENS, TrialState, unflatten_params
 from sweep.train.command import TrainBase
+from sweep_models.errors import ConfigError
 
 __all__ = ["StudyTrial", "check_study_folder", "from_config_file", "from_study"]
 

@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from models.config import ModelConfig
-from models.errors import ConfigError
 from sweep import space
 from sweep.data import Corpus, load_corpus
 from sweep.schema import (
@@ -48,6 +46,8 @@ from sweep.spec import StudySpec
 from sweep.tracking import TrialContext, TrialRun
 from sweep.tracking.faults import InfrastructureError, infrastructure_fault
 from sweep.train import NullReporter, Reporter, TrainConfig, Trainer
+from sweep_models.config import ModelConfig
+from sweep_models.errors import ConfigError
 
 #: The study folder's subfolder of WSD trunk checkpoints (``scaling.branches``).
 BRANCHES_DIR = "branches"
@@ -186,7 +186,7 @@ def open_trial(
     """Open trial ``number``'s run and price its config; record it if it cannot train.
 
     Params are the resolved configs under flat dotted keys (``model.d_model``, ``train.lr``);
-    the cost metrics are `models.cost.estimate`'s (through `sweep.space.check_constraints`,
+    the cost metrics are `sweep_models.cost.estimate`'s (through `sweep.space.check_constraints`,
     with the memory of the device the trial runs on).
 
     Args:

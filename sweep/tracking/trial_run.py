@@ -223,7 +223,7 @@ class TrialRun:
         self._log(metrics=batch)
 
     def log_costs(self, estimate: Any) -> None:
-        """Log cost metrics (step 0): a `models.cost.CostEstimate` or a mapping of metric names."""
+        """Log cost metrics (step 0): a `sweep_models.cost.CostEstimate` or a mapping of names."""
         self.log_metrics(estimate if isinstance(estimate, Mapping) else cost_metrics(estimate))
 
     def report(self, tokens: int, metrics: Mapping[str, float]) -> None:

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from models.config import ModelConfig
-from models.errors import ConfigError
 from sweep.data import Corpus, load_corpus
 from sweep.schema import METRIC_TOKENS_PER_S, METRIC_TRAIN_LOSS, METRIC_VAL_BPB, METRIC_VAL_LOSS
 from sweep.train.config import BUDGET_FIELDS, TrainConfig
 from sweep.train.trainer import Reporter, Trainer, TrialResult
+from sweep_models.config import ModelConfig
+from sweep_models.errors import ConfigError
 
 __all__ = ["DEFAULT_BUDGET_TOKENS", "DEFAULT_DATA", "DEFAULT_PRESET", "PrintReporter",
            "TrainBase", "TrainRequest", "result_json"]
@@ -55,12 +55,12 @@ class TrainBase:
 
     @classmethod
     def from_preset(cls, name: str) -> TrainBase:
-        """A preset (`models.presets`) with the default train config.
+        """A preset (`sweep_models.presets`) with the default train config.
 
         Raises:
             ConfigError: An unknown preset.
         """
-        from models.presets import preset_dict
+        from sweep_models.presets import preset_dict
 
         return cls(model=preset_dict(name), preset=name, source={"preset": name})
 

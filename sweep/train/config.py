@@ -3,7 +3,7 @@
 No torch import here, so specs and search spaces can build and check thousands of configs
 cheaply. The budget is exactly one of ``tokens``, ``flops``, ``steps`` or ``seconds``;
 `resolve_budget` turns it into tokens with the model's shape (FLOPs through
-`models.cost.flops_per_token`, the project's one cost model).
+`sweep_models.cost.flops_per_token`, the project's one cost model).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from models.config import ModelConfig
-from models.errors import ConfigError, reject_unknown
+from sweep_models.config import ModelConfig
+from sweep_models.errors import ConfigError, reject_unknown
 
 __all__ = ["BUDGET_FIELDS", "LIVE_HPARAMS", "PRECISIONS", "SCHEDULES", "Budget", "TrainConfig",
            "resolve_budget"]
@@ -220,7 +220,7 @@ class Budget:
 def resolve_budget(train: TrainConfig, model: ModelConfig) -> Budget:
     """Resolve the budget, accumulation and evaluation interval for ``model``.
 
-    A FLOP budget is converted with ``models.cost.flops_per_token(model, train=True)``. Steps
+    A FLOP budget is converted with ``sweep_models.cost.flops_per_token(model, train=True)``. Steps
     are whole: a token or FLOP budget trains floor(tokens / step_tokens) steps (at least one).
 
     Raises:
@@ -245,7 +245,7 @@ def resolve_budget(train: TrainConfig, model: ModelConfig) -> Budget:
     else:
         tokens = train.tokens
         if kind == "flops":
-            from models.cost import flops_per_token
+            from sweep_models.cost import flops_per_token
 
             tokens = train.flops / flops_per_token(model, train=True)
         if tokens < step_tokens:

@@ -35,10 +35,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from models import ModelConfig, build_model
-from models.errors import ConfigError
 from sweep.train.config import TrainConfig
 from sweep.train.optim import build_adamw
+from sweep_models import ModelConfig, build_model
+from sweep_models.errors import ConfigError
 
 __all__ = ["EMBEDDING", "EMBEDDING_TARGET", "LOGITS", "coord_data", "coord_figure",
            "log_width_slopes", "width_config"]

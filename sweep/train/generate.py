@@ -39,7 +39,7 @@ def generate(module: Any, prompt_ids: list[int], n_tokens: int, *, temperature: 
     """Sample ``n_tokens`` ids after ``prompt_ids`` from a causal language model.
 
     Args:
-        module: A `models.transformer.Transformer` (its forward maps ids ``(B, T)`` to logits
+        module: A `sweep_models.transformer.Transformer` (its forward maps ids ``(B, T)`` to logits
             ``(B, T, vocab_size)``); put in eval mode here.
         prompt_ids: At least one id.
         n_tokens: Ids to generate, >= 0.

@@ -5,7 +5,7 @@ matrices of linear layers; embeddings, norm gains and biases are left alone (Los
 2019 for the decoupled decay). The fused CUDA kernel is used on CUDA, the multi-tensor
 (``foreach``) one elsewhere.
 
-Under muP and CompleteP (`models.parametrization`) parameters of different roles learn at
+Under muP and CompleteP (`sweep_models.parametrization`) parameters of different roles learn at
 different rates: each parameter group carries ``lr_mult`` and ``wd_mult``, the factors of its
 learning rate and weight decay over the trial's (tuned) ones, and `set_group_hparams` sets
 ``lr = base lr * lr_mult`` (the schedule's factor folded into the base) and ``weight_decay =
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from models import parametrization
 from sweep.train.config import TrainConfig
+from sweep_models import parametrization
 
 __all__ = ["build_adamw", "decay_groups", "param_groups", "set_group_hparams"]
 
@@ -49,8 +49,8 @@ def param_groups(model: torch.nn.Module, train: TrainConfig) -> list[dict]:
     """AdamW parameter groups: decay or not, split further by the parametrization's multipliers.
 
     Args:
-        model: A `models.transformer.Transformer` (its ``config`` and ``param_roles`` give each
-            parameter's multipliers).
+        model: A `sweep_models.transformer.Transformer` (its ``config`` and ``param_roles``
+            give each parameter's multipliers).
         train: The base ``lr`` and ``weight_decay``.
 
     Returns:
@@ -98,7 +98,7 @@ def build_adamw(
 ) -> torch.optim.AdamW:
     """AdamW over ``model`` with the groups of `param_groups`.
 
-    Epsilon is the parametrization's (`models.parametrization.adamw_eps`: torch's 1e-8 except
+    Epsilon is the parametrization's (`sweep_models.parametrization.adamw_eps`: torch's 1e-8 except
     under CompleteP).
     """
     cuda = device.type == "cuda"

@@ -46,7 +46,7 @@ class TrialResult:
         tokens: Training tokens seen.
         steps: Optimizer steps taken.
         wall_s: Wall time of training and evaluation, seconds.
-        train_flops: tokens * ``models.cost.flops_per_token(config, train=True)``.
+        train_flops: tokens * ``sweep_models.cost.flops_per_token(config, train=True)``.
         mfu: Model FLOPs utilisation of the training steps, None where the peak is unknown.
         n_params: Parameters of the model (tied weights once).
         baseline_unigram_loss: The corpus's unigram entropy on val, nats/token.

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from models.config import ModelConfig
-from models.errors import ConfigError
+from sweep_models.config import ModelConfig
+from sweep_models.errors import ConfigError
 
 __all__ = ["CONFIG_FILE", "SAFETENSORS_FILE", "TORCH_FILE", "SavedModel", "load_saved",
            "read_saved_config", "save_model"]
@@ -65,7 +65,8 @@ def save_model(directory: Path | str, module: Any, saved: SavedModel) -> Path:
 
     Args:
         directory: Created if missing; files of an earlier save there are replaced.
-        module: The trained `models.transformer.Transformer` (not a ``torch.compile`` wrapper).
+        module: The trained `sweep_models.transformer.Transformer` (not a ``torch.compile``
+            wrapper).
         saved: Its configs, corpus and provenance.
 
     Returns:
@@ -140,7 +141,7 @@ def load_saved(directory: Path | str, device: str = "cpu") -> tuple[Any, SavedMo
     ``torch.load(weights_only=True)``, which refuses any pickle that names a Python object.
 
     Returns:
-        ``(module, saved)``: the `models.transformer.Transformer` and the folder's configs.
+        ``(module, saved)``: the `sweep_models.transformer.Transformer` and the folder's configs.
 
     Raises:
         ConfigError: As `read_saved_config`, or weights that do not match the config's shapes
@@ -148,7 +149,7 @@ def load_saved(directory: Path | str, device: str = "cpu") -> tuple[Any, SavedMo
     """
     import torch
 
-    from models.transformer import build_model
+    from sweep_models.transformer import build_model
 
     saved = read_saved_config(directory)
     directory = Path(directory)

@@ -21,9 +21,6 @@ from pathlib import Path
 
 import torch
 
-from models import build_model
-from models.config import ModelConfig
-from models.errors import ConfigError
 from sweep.data import Corpus
 from sweep.schema import (
     METRIC_LR,
@@ -41,6 +38,9 @@ from sweep.train.config import LIVE_HPARAMS, TrainConfig, resolve_budget
 from sweep.train.optim import build_adamw, set_group_hparams
 from sweep.train.reporter import NullReporter, Reporter, TrialResult
 from sweep.train.schedule import lr_factor
+from sweep_models import build_model
+from sweep_models.config import ModelConfig
+from sweep_models.errors import ConfigError
 
 __all__ = [
     "NullReporter",
@@ -72,9 +72,9 @@ class Trainer:
 
     An encoder-decoder model (``arch="encoder_decoder"``) trains on the same windows: it reads
     the first ``src_len`` tokens of each as the source and is scored on the rest
-    (`models.encoder_decoder`), so ``val_loss`` and ``train_loss`` are nats per target token,
+    (`sweep_models.encoder_decoder`), so ``val_loss`` and ``train_loss`` are nats per target token,
     while ``tokens`` counts every token of the windows (source and target), as FLOPs per token
-    do (`models.cost.flops`).
+    do (`sweep_models.cost.flops`).
     """
 
     def __init__(
@@ -111,7 +111,7 @@ class Trainer:
             for x, y in corpus.val_batches(model_config.seq_len, train_config.eval_tokens,
                                            train_config.batch_size)
         ]
-        from models.cost import flops_per_token
+        from sweep_models.cost import flops_per_token
 
         self.flops_per_token = flops_per_token(model_config, train=True)
         self.peak_flops = hardware.peak_flops(self.device, self.amp_dtype)

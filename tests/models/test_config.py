@@ -2,8 +2,8 @@ import typing
 
 import pytest
 
-from models import PRESETS, ConfigError, ModelConfig, build_model
-from models import config as model_config
+from sweep_models import PRESETS, ConfigError, ModelConfig, build_model
+from sweep_models import config as model_config
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,9 @@ import warnings
 import pytest
 import torch
 
-from models import ConfigError, ModelConfig, build_model
-from models.config import CHOICE_FIELDS
-from models.cost import estimate
+from sweep_models import ConfigError, ModelConfig, build_model
+from sweep_models.config import CHOICE_FIELDS
+from sweep_models.cost import estimate
 
 N_CONFIGS = 1000
 

@@ -11,9 +11,9 @@ from torch.utils.flop_counter import (
     sdpa_flop_count,
 )
 
-from models import ConfigError, ModelConfig, build_model
-from models.attention import attention_mask
-from models.cost import (
+from sweep_models import ConfigError, ModelConfig, build_model
+from sweep_models.attention import attention_mask
+from sweep_models.cost import (
     attention_pairs,
     estimate,
     flops_per_token,

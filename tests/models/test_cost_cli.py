@@ -7,9 +7,9 @@ import pytest
 from torch import nn
 from typer.testing import CliRunner
 
-from models import ModelConfig, build_model
-from models.cost import estimate
 from sweep.cli import app
+from sweep_models import ModelConfig, build_model
+from sweep_models.cost import estimate
 
 runner = CliRunner()
 

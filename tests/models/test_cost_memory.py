@@ -15,8 +15,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from models import ModelConfig, build_model
-from models.cost import estimate
+from sweep_models import ModelConfig, build_model
+from sweep_models.cost import estimate
 
 
 class LiveStorageTracker(TorchDispatchMode):

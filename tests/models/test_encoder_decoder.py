@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from models import ConfigError, ModelConfig, build_model
-from models.cost import estimate, flops_per_token, non_embedding_param_count, param_count
-from models.encoder_decoder import EncoderDecoder
+from sweep_models import ConfigError, ModelConfig, build_model
+from sweep_models.cost import estimate, flops_per_token, non_embedding_param_count, param_count
+from sweep_models.encoder_decoder import EncoderDecoder
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cost_memory import measured_cpu_peak  # noqa: E402

@@ -10,9 +10,9 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from models import ConfigError, ModelConfig, build_model
-from models.attention import SelfAttention
-from models.cost import estimate, flops_per_token, param_count
+from sweep_models import ConfigError, ModelConfig, build_model
+from sweep_models.attention import SelfAttention
+from sweep_models.cost import estimate, flops_per_token, param_count
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cost_memory import measured_cpu_peak  # noqa: E402

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from models import ModelConfig, build_model
+from sweep_models import ModelConfig, build_model
 
 PUBLISHED = {  # nanoGPT scaling_laws.ipynb, HF GPT2LMHeadModel
     "gpt2": 124_439_808,

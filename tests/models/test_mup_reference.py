@@ -22,10 +22,10 @@ import pytest
 import torch
 from mup.coord_check import _get_coord_data
 
-from models import ModelConfig, build_model
-from models import parametrization as par
 from sweep.train.config import TrainConfig
 from sweep.train.optim import build_adamw, decay_groups
+from sweep_models import ModelConfig, build_model
+from sweep_models import parametrization as par
 
 BASE, DELTA = 64, 128
 LR, WD = 1e-2, 0.1

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from models import ModelConfig, build_model
-from models import parametrization as par
-from models.cost import estimate
+from sweep_models import ModelConfig, build_model
+from sweep_models import parametrization as par
+from sweep_models.cost import estimate
 
 SHAPE = {"vocab_size": 96, "seq_len": 16, "d_model": 64, "n_heads": 4, "n_layers": 4}
 

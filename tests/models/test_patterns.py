@@ -2,9 +2,9 @@ import itertools
 
 import pytest
 
-from models.attention import attention_mask
-from models.errors import ConfigError
-from models.patterns import derive_layout, kept_pairs
+from sweep_models.attention import attention_mask
+from sweep_models.errors import ConfigError
+from sweep_models.patterns import derive_layout, kept_pairs
 
 
 def brute_force_kept(layout):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from models.errors import ConfigError
 from sweep import space
 from sweep.executors.ray.reporting import (
     Ended,
@@ -40,6 +39,7 @@ from sweep.schema import (
 )
 from sweep.study.trial import StudyContext, TrialOutcome, open_trial, train_trial
 from sweep.train.config import resolve_budget
+from sweep_models.errors import ConfigError
 
 __all__ = ["search_trainable"]
 

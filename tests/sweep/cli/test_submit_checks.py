@@ -185,7 +185,7 @@ def test_the_probe_script_reads_the_python_that_runs_it(tmp_path):
     assert proc.returncode == 0, proc.stderr
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("sweep-cluster-facts:")]
     facts = json.loads(line.split(":", 1)[1])
-    assert facts["roots"] == [str(ROOT / "sweep"), str(ROOT / "models")]
+    assert facts["roots"] == [str(ROOT / "sweep"), str(ROOT / "models" / "sweep_models")]
     assert facts["fingerprint"] == code_fingerprint([str(p) for p in local_packages()])
     assert facts["missing"] == []
     assert facts["mlflow_tracking_uri"] == "http://user:***@tracker:5000"

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from models.config import ModelConfig
-from models.cost import param_count
 from sweep import space
 from sweep.results import load_results
 from sweep.spec import parse_spec
 from sweep.study import run_study
+from sweep_models.config import ModelConfig
+from sweep_models.cost import param_count
 
 ray = pytest.importorskip("ray")
 

@@ -16,12 +16,12 @@ from collections import Counter
 import pytest
 from mlflow import MlflowClient
 
-from models.config import ModelConfig
 from sweep import space
 from sweep.spec import parse_spec
 from sweep.study import run_study
 from sweep.train.config import TrainConfig
 from sweep.train.cuda_probe import no_cuda_driver
+from sweep_models.config import ModelConfig
 
 ray = pytest.importorskip("ray")
 

@@ -3,10 +3,10 @@
 import pytest
 import yaml
 
-from models.config import ModelConfig
-from models.cost import estimate, flops_per_token
 from sweep.scaling.recommend import recommend, spec_fragment
 from sweep.spec import parse_spec
+from sweep_models.config import ModelConfig
+from sweep_models.cost import estimate, flops_per_token
 
 SPEC = parse_spec({
     "name": "iso", "data": "builtin:python-stdlib", "model": {"seq_len": 128},

@@ -6,9 +6,9 @@ import re
 import numpy as np
 import pytest
 
-from models.cost import flops_per_token, param_count
 from sweep.space import configs_from_params, corner_params, grid, sample_params
 from sweep.spec import parse_spec
+from sweep_models.cost import flops_per_token, param_count
 
 
 def scaling_spec(**scaling):

@@ -5,10 +5,10 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from models import parametrization as par
 from sweep.cli import app
 from sweep.space import configs_from_params, grid
 from sweep.spec import parse_spec
+from sweep_models import parametrization as par
 
 STUDY = Path(__file__).resolve().parents[3] / "studies" / "scaling-isoflop.yaml"
 

@@ -7,11 +7,11 @@ import os
 import optuna
 import pytest
 
-from models.config import ModelConfig
-from models.cost import estimate, param_count
 from sweep import space
 from sweep.spec import parse_spec
 from sweep.train.config import TrainConfig
+from sweep_models.config import ModelConfig
+from sweep_models.cost import estimate, param_count
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

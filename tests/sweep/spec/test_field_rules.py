@@ -6,11 +6,11 @@ from dataclasses import fields
 
 import pytest
 
-from models.config import ModelConfig
-from models.errors import ConfigError
 from sweep.spec import SpecError, parse_spec
 from sweep.spec.fields import DERIVED_MODEL_KEYS, FIELD_RULES, MAX_TOKENS, Rule, show_number
 from sweep.train.config import TrainConfig
+from sweep_models.config import ModelConfig
+from sweep_models.errors import ConfigError
 
 #: Other fields a config needs for a field to sit at its bound (d_model 1 needs 1 head).
 CONTEXT = {"model.d_model": {"n_heads": 1}, "model.n_heads": {"d_model": 1},

@@ -2,10 +2,10 @@
 
 import pytest
 
-from models import parametrization as par
 from sweep.space import configs_from_params, summarize
 from sweep.space import transfer as tr
 from sweep.spec import SpecError, parse_spec
+from sweep_models import parametrization as par
 
 LRS = [1e-3, 2e-3, 4e-3]
 

@@ -47,8 +47,8 @@ def test_preflight_counts_the_trial_checkpoints(tmp_path, monkeypatch):
     spec = tiny("disk-ckpt", checkpoint_interval=1024, parallel=2)
     with pytest.raises(PreflightError) as info:
         run_study(spec, out_dir=tmp_path / "out", quiet=True)
-    from models.cost import estimate
     from sweep.space.sampling import build_configs, fixed_values
+    from sweep_models.cost import estimate
 
     n_params = estimate(build_configs(spec, {**fixed_values(spec), "train.lr": 1e-3})[0]).n_params
     assert f"5 trial checkpoints {5 * checkpoint_bytes(n_params) / 2**20:,.1f} MiB" in str(

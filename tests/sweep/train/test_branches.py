@@ -4,11 +4,11 @@ import errno
 
 import pytest
 
-from models import ModelConfig
 from sweep.data import load_corpus
 from sweep.train import branches
 from sweep.train.branches import stable_end_tokens, train_branch, trunk_key
 from sweep.train.trainer import TrainConfig, Trainer
+from sweep_models import ModelConfig
 
 MODEL = ModelConfig(vocab_size=16, seq_len=32, d_model=32, n_heads=2, n_layers=1, dropout=0.1)
 STEP = 4 * 32

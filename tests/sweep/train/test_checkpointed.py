@@ -5,12 +5,12 @@ import errno
 
 import pytest
 
-from models import ModelConfig
 from sweep.data import load_corpus
 from sweep.schema import TrialState
 from sweep.train.checkpointed import LATEST, train_checkpointed
 from sweep.train.reporter import NullReporter
 from sweep.train.trainer import TrainConfig, Trainer
+from sweep_models import ModelConfig
 
 MODEL = ModelConfig(vocab_size=16, seq_len=32, d_model=32, n_heads=2, n_layers=1, dropout=0.1)
 TRAIN = dict(tokens=8192, batch_size=4, eval_every=1024, precision="fp32", lr=3e-3,

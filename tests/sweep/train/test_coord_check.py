@@ -18,7 +18,6 @@ import pytest
 import torch
 from mup.coord_check import _get_coord_data
 
-from models import ConfigError, ModelConfig, build_model
 from sweep.data import load_corpus
 from sweep.train.config import TrainConfig
 from sweep.train.coord_check import (
@@ -31,6 +30,7 @@ from sweep.train.coord_check import (
     width_config,
 )
 from sweep.train.optim import build_adamw
+from sweep_models import ConfigError, ModelConfig, build_model
 
 WIDTHS = (64, 128, 256)
 CONFIG = ModelConfig(vocab_size=128, seq_len=32, d_model=64, n_heads=4, n_layers=2,

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from models.config import ModelConfig
-from models.transformer import build_model
 from sweep.train.generate import decode_bytes, encode_text, generate
+from sweep_models.config import ModelConfig
+from sweep_models.transformer import build_model
 
 
 def _model(**changes):

@@ -4,11 +4,11 @@ changes and checkpoints."""
 
 import pytest
 
-from models import ModelConfig
-from models import parametrization as par
 from sweep.data import load_corpus
 from sweep.train.checkpoint import read_checkpoint, write_checkpoint
 from sweep.train.trainer import TrainConfig, Trainer
+from sweep_models import ModelConfig
+from sweep_models import parametrization as par
 
 SHAPE = {"vocab_size": 16, "seq_len": 32, "d_model": 64, "n_heads": 4, "n_layers": 2}
 MUP = ModelConfig(**SHAPE, parametrization="mup", base_d_model=16)

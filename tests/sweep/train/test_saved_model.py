@@ -6,9 +6,6 @@ import sys
 import pytest
 import torch
 
-from models.config import ModelConfig
-from models.errors import ConfigError
-from models.transformer import build_model
 from sweep.train.saved import (
     CONFIG_FILE,
     SAFETENSORS_FILE,
@@ -18,6 +15,9 @@ from sweep.train.saved import (
     read_saved_config,
     save_model,
 )
+from sweep_models.config import ModelConfig
+from sweep_models.errors import ConfigError
+from sweep_models.transformer import build_model
 
 
 def _model(**changes):

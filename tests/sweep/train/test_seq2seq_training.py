@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from models import ModelConfig
 from sweep.data import load_corpus
 from sweep.train import TrainConfig, Trainer
+from sweep_models import ModelConfig
 
 URI = "synthetic:reverse?vocab=12&length=5&seed=0&tokens=40000"
 

@@ -3,10 +3,10 @@ import math
 import pytest
 import torch
 
-from models import ConfigError, ModelConfig
 from sweep.data import load_corpus
 from sweep.train.checkpoint import CheckpointError
 from sweep.train.trainer import TrainConfig, Trainer
+from sweep_models import ConfigError, ModelConfig
 
 MODEL = ModelConfig(vocab_size=16, seq_len=32, d_model=32, n_heads=2, n_layers=1, dropout=0.1)
 TRAIN = TrainConfig(tokens=8192, batch_size=4, grad_accum=2, eval_every=1024, precision="fp32",

@@ -2,9 +2,9 @@ import math
 
 import pytest
 
-from models import ConfigError, ModelConfig
 from sweep.train.config import TrainConfig, resolve_budget
 from sweep.train.schedule import lr_factor
+from sweep_models import ConfigError, ModelConfig
 
 
 def test_defaults_and_round_trip():
@@ -77,7 +77,7 @@ def test_resolve_token_and_step_budgets():
 
 
 def test_flop_budget_uses_the_cost_model():
-    from models.cost import flops_per_token
+    from sweep_models.cost import flops_per_token
 
     model = ModelConfig(seq_len=64, d_model=32, n_heads=2)
     per_token = flops_per_token(model, train=True)

@@ -1,11 +1,11 @@
 import pytest
 import torch
 
-from models import ModelConfig
 from sweep.data import load_corpus
 from sweep.schema import TrialState
 from sweep.train import hardware
 from sweep.train.trainer import TrainConfig, Trainer
+from sweep_models import ModelConfig
 
 
 @pytest.mark.parametrize(

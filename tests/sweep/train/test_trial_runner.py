@@ -4,10 +4,10 @@ import math
 import pytest
 import torch
 
-from models import ConfigError, ModelConfig
-from models.cost import flops_per_token
 from sweep.data import DataError, load_corpus
 from sweep.train.trainer import NullReporter, Reporter, TrainConfig, Trainer, run_trial
+from sweep_models import ConfigError, ModelConfig
+from sweep_models.cost import flops_per_token
 
 MARKOV = "synthetic:markov?order=1&vocab=16&alpha=0.3&seed=0&tokens=200000"
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from models import patterns
-from models.config import ModelConfig
-from models.cost.encoder_decoder import encoder_decoder_memory
-from models.cost.flops import (
+from sweep_models import patterns
+from sweep_models.config import ModelConfig
+from sweep_models.cost.encoder_decoder import encoder_decoder_memory
+from sweep_models.cost.flops import (
     TRAIN_FLOPS_PER_FORWARD_FLOP,
     attention_pairs,
     dense_forward_flops_per_token,
     encoder_decoder_pairs,
     forward_flops_per_token,
 )
-from models.cost.memory import (
+from sweep_models.cost.memory import (
     DEVICES,
     DTYPES,
     MEMORY_BACKENDS,
@@ -28,9 +28,9 @@ from models.cost.memory import (
     resolve_backend,
     training_memory,
 )
-from models.cost.params import non_embedding_param_count, param_count
-from models.errors import ConfigError, check_choice
-from models.patterns import AttnLayout
+from sweep_models.cost.params import non_embedding_param_count, param_count
+from sweep_models.errors import ConfigError, check_choice
+from sweep_models.patterns import AttnLayout
 
 __all__ = ["CostEstimate", "estimate"]
 
@@ -40,13 +40,13 @@ class CostEstimate:
     """Parameters, FLOPs per token and training memory of one config (see `estimate`).
 
     Attributes:
-        n_params: Parameters, tied weights counted once (`models.cost.params.param_count`).
+        n_params: Parameters, tied weights counted once (`sweep_models.cost.params.param_count`).
         n_params_non_embedding: Kaplan et al. 2020's N (`non_embedding_param_count`).
         flops_per_token_fwd: Forward FLOPs per token over the kept query-key pairs.
         flops_per_token_train: Forward + backward FLOPs per token, 3 x forward.
         flops_per_token_dense_fwd: Forward FLOPs per token, nanoGPT/PaLM dense convention.
         flops_per_token_dense_train: Training FLOPs per token, dense convention (6N + 12LHqT).
-        memory: Bytes of one training step (`models.cost.memory`).
+        memory: Bytes of one training step (`sweep_models.cost.memory`).
         batch_size: Sequences per step B.
         seq_len: Tokens per sequence T the FLOPs and memory are counted at.
         dtype: ``fp32`` or ``bf16``.
@@ -55,7 +55,7 @@ class CostEstimate:
         device: ``cuda`` or ``cpu``.
         attn_layout: The pattern, its size and the pairs it keeps at ``seq_len``; for an
             encoder-decoder model, also ``encoder_pairs``, ``decoder_pairs`` and
-            ``cross_pairs`` (`models.cost.flops.encoder_decoder_pairs`), whose sum is
+            ``cross_pairs`` (`sweep_models.cost.flops.encoder_decoder_pairs`), whose sum is
             ``kept_pairs``.
     """
 
@@ -120,9 +120,9 @@ def estimate(
 ) -> CostEstimate:
     """Parameters, FLOPs per token and the memory of one training step.
 
-    What each figure counts and its sources: `models.cost.params` (parameters),
-    `models.cost.flops` (FLOPs per token, exact and the nanoGPT/PaLM dense convention) and
-    `models.cost.memory` (the op-by-op memory model and the peak of a steady-state step).
+    What each figure counts and its sources: `sweep_models.cost.params` (parameters),
+    `sweep_models.cost.flops` (FLOPs per token, exact and the nanoGPT/PaLM dense convention) and
+    `sweep_models.cost.memory` (the op-by-op memory model and the peak of a steady-state step).
 
     Args:
         config: The model.
@@ -132,11 +132,11 @@ def estimate(
         dtype: ``fp32`` or ``bf16`` (bf16 autocast with fp32 weights, as the trainer on CUDA).
         optimizer: ``adamw`` or ``sgd`` (with momentum).
         attn_backend: ``auto``, ``sdpa``, ``flex`` or ``math``; ``None``: the config's.
-        device: ``cuda`` or ``cpu``: which kernels run (see `models.cost.memory`).
+        device: ``cuda`` or ``cpu``: which kernels run (see `sweep_models.cost.memory`).
 
     For an encoder-decoder model (``arch="encoder_decoder"``) a token is any position of the
-    window, source or target (`models.cost.flops`), and the memory is
-    `models.cost.encoder_decoder.encoder_decoder_memory`'s.
+    window, source or target (`sweep_models.cost.flops`), and the memory is
+    `sweep_models.cost.encoder_decoder.encoder_decoder_memory`'s.
 
     Returns:
         A `CostEstimate`; memory in bytes, FLOPs per token.

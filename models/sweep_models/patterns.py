@@ -26,7 +26,7 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 
-from models.errors import ConfigError
+from sweep_models.errors import ConfigError
 
 __all__ = ["AttnLayout", "PatternError", "derive_layout", "kept_pairs", "total_pairs"]
 

@@ -4,7 +4,7 @@ An encoder of ``n_encoder_layers`` blocks of bidirectional self-attention and FF
 source; a decoder of ``n_decoder_layers`` blocks of causal self-attention, cross-attention over
 the encoder output (sec. 3.2.3: queries from the decoder, keys and values from the encoder) and
 FFN reads the target, and the output projection maps the decoder stream to logits. The blocks'
-modules are `models.transformer`'s (norms, MLP or SwiGLU, `SelfAttention` with grouped-query
+modules are `sweep_models.transformer`'s (norms, MLP or SwiGLU, `SelfAttention` with grouped-query
 heads, RoPE), so every option of a decoder-only model means the same here.
 
 How a window is read: the trainer's batches are windows ``x`` of ``seq_len`` tokens with
@@ -23,7 +23,7 @@ linear transformation"). Positions count from 0 in each stack: a learned or sinu
 (none in cross-attention). A pre-norm model ends each stack in a norm (``ln_enc``, ``ln_f``);
 post-norm blocks (Vaswani et al.) need none.
 
-Initialisation as `models.transformer.Transformer`: N(0, 0.02) weights (their muP standard
+Initialisation as `sweep_models.transformer.Transformer`: N(0, 0.02) weights (their muP standard
 deviations under ``mup``), zero biases, and each residual projection scaled by
 1/sqrt(N) with N the residual branches of its stack, 2 per encoder and 3 per decoder block
 (GPT-2, Radford et al. 2019, sec. 2.3: "a factor of 1/sqrt(N) where N is the number of
@@ -38,10 +38,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models import parametrization
-from models.attention import CrossAttention, RotaryEmbedding, SelfAttention
-from models.config import ModelConfig
-from models.transformer import (
+from sweep_models import parametrization
+from sweep_models.attention import CrossAttention, RotaryEmbedding, SelfAttention
+from sweep_models.config import ModelConfig
+from sweep_models.transformer import (
     MLP,
     Block,
     LanguageModel,
@@ -107,7 +107,7 @@ class EncoderDecoder(LanguageModel):
     the mean cross-entropy in nats per target token over ``targets[:, src_len:]`` (targets
     ``(B, T)``; entries of -1 are ignored; the source part of ``targets`` is never read).
 
-    State dict keys: ``wte``, ``wpe``, ``encoder.{i}`` (a `models.transformer.Block`:
+    State dict keys: ``wte``, ``wpe``, ``encoder.{i}`` (a `sweep_models.transformer.Block`:
     ``ln_1``, ``attn.c_attn``, ``attn.c_proj``, ``ln_2``, ``mlp``), ``ln_enc``,
     ``decoder.{i}`` (``ln_1``, ``attn``, ``ln_cross``, ``cross_attn.c_q``, ``cross_attn.c_kv``,
     ``cross_attn.c_proj``, ``ln_2``, ``mlp``), ``ln_f``, ``lm_head``.

@@ -1,11 +1,11 @@
-"""Training-step memory of an encoder-decoder model (`models.encoder_decoder`), in bytes.
+"""Training-step memory of an encoder-decoder model (`sweep_models.encoder_decoder`), in bytes.
 
-The same op-by-op model as `models.cost.memory` (its docstring: what each op saves, the three
+The same op-by-op model as `sweep_models.cost.memory` (its docstring: what each op saves, the three
 moments of a step whose largest is the peak), over the encoder-decoder's modules. Notation:
 S = src_len source tokens, T_dec = T - S target tokens of a window of T, B batch size,
 d = d_model, d_kv = n_kv_heads * d / n_heads, H heads, V vocab.
 
-- Encoder blocks are decoder-only blocks (`models.cost.memory.block_terms`) over B*S tokens;
+- Encoder blocks are decoder-only blocks (`sweep_models.cost.memory.block_terms`) over B*S tokens;
   decoder blocks are those over B*T_dec tokens plus their cross-attention.
 - A decoder block's cross-attention saves, per target token, what a self-attention branch
   saves but for the keys and values: its norm's input and statistics (pre-norm: the residual
@@ -26,8 +26,8 @@ d = d_model, d_kv = n_kv_heads * d / n_heads, H heads, V vocab.
 
 from __future__ import annotations
 
-from models.config import ModelConfig
-from models.cost.memory import (
+from sweep_models.config import ModelConfig
+from sweep_models.cost.memory import (
     BF16_BYTES,
     FP32_BYTES,
     INT64_BYTES,
@@ -35,7 +35,7 @@ from models.cost.memory import (
     MemoryEstimate,
     block_terms,
 )
-from models.cost.params import (
+from sweep_models.cost.params import (
     block_bias_params,
     block_matmul_params,
     cross_attn_params,
@@ -84,12 +84,12 @@ def encoder_decoder_memory(
         seq_len: Tokens per window T (S = src_len < T <= ``config.seq_len``).
         dtype: ``fp32`` or ``bf16`` (bf16 autocast with fp32 weights).
         optimizer: ``adamw`` or ``sgd`` (with momentum).
-        backend: The resolved attention backend (`models.cost.memory.resolve_backend`).
+        backend: The resolved attention backend (`sweep_models.cost.memory.resolve_backend`).
         device: ``cuda`` or ``cpu``.
 
     Returns:
-        A `models.cost.MemoryEstimate`, in bytes (module docstring: the model). The arguments
-        are not checked; `models.cost.estimate` checks them.
+        A `sweep_models.cost.MemoryEstimate`, in bytes (module docstring: the model). The arguments
+        are not checked; `sweep_models.cost.estimate` checks them.
     """
     d, v = config.d_model, config.vocab_size
     s, t_dec = config.src_len, seq_len - config.src_len

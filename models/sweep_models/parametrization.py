@@ -3,7 +3,7 @@
 A parametrization says how initialisation, forward multipliers and per-parameter learning
 rates change with the model's shape, so that hyperparameters tuned on a small base shape stay
 good on a large one. It never changes a tensor's shape: parameter counts, FLOPs and memory
-(`models.cost`) are the same under all three.
+(`sweep_models.cost`) are the same under all three.
 
 - ``sp``: GPT-2's initialisation (N(0, 0.02), residual output projections N(0, 0.02 /
   sqrt(2 L))), softmax scale 1 / sqrt(d_head), one learning rate for every parameter.
@@ -16,7 +16,7 @@ good on a large one. It never changes a tensor's shape: parameter counts, FLOPs 
   EleutherAI's nanoGPT-mup ``completep`` branch), with depth_mult m_L = n_layers /
   base_n_layers and alpha = ``completep_alpha``.
 
-Each parameter has a role (`ROLES`), given by `models.transformer.Transformer.param_roles`:
+Each parameter has a role (`ROLES`), given by `sweep_models.transformer.Transformer.param_roles`:
 
 - ``embedding``: the token embedding (also the tied output projection) and a learned position
   table. A vector-like tensor in muP terms (one width dimension).
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 
-from models.config import ModelConfig
+from sweep_models.config import ModelConfig
 
 __all__ = [
     "ADAMW_EPS",

@@ -1,4 +1,4 @@
-"""FLOPs per token of `models.transformer`, forward and training.
+"""FLOPs per token of `sweep_models.transformer`, forward and training.
 
 Notation: V vocab, T sequence length, d = d_model, L layers, H heads, q = d / H, f = d_ff,
 d_kv = n_kv_heads * q, N parameters.
@@ -40,9 +40,9 @@ input and weight, two matmuls of the forward's size (Kaplan et al. 2020, sec. 2.
 
 from __future__ import annotations
 
-from models import patterns
-from models.config import ModelConfig
-from models.cost.params import (
+from sweep_models import patterns
+from sweep_models.config import ModelConfig
+from sweep_models.cost.params import (
     block_params,
     cross_attn_params,
     dense_convention_params,
@@ -50,8 +50,8 @@ from models.cost.params import (
     norm_params,
     qkv_width,
 )
-from models.errors import ConfigError
-from models.patterns import AttnLayout
+from sweep_models.errors import ConfigError
+from sweep_models.patterns import AttnLayout
 
 __all__ = [
     "TRAIN_FLOPS_PER_FORWARD_FLOP",
@@ -71,7 +71,7 @@ def attention_pairs(layout: AttnLayout, seq_len: int | None = None) -> int:
 
     ``seq_len=None`` (or the layout's own length) gives ``layout.kept_pairs``; a shorter
     sequence sees the top-left ``(seq_len, seq_len)`` block of the mask, as the model slices it
-    (counted by `models.patterns.kept_pairs`).
+    (counted by `sweep_models.patterns.kept_pairs`).
 
     Raises:
         ConfigError: If ``seq_len`` is outside [1, the layout's length].

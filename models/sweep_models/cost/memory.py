@@ -1,4 +1,4 @@
-"""Training-step memory of `models.transformer`, in bytes, derived op by op.
+"""Training-step memory of `sweep_models.transformer`, in bytes, derived op by op.
 
 Notation: V vocab, T sequence length, d = d_model, L layers, H heads, q = d / H, f = d_ff,
 B batch size, N parameters.
@@ -9,24 +9,23 @@ gradients (4 bytes/param) exist from backward until ``zero_grad(set_to_none=True
 that is 16 bytes/param, as ZeRO (Rajbhandari et al. 2020) sec. 3.1 counts mixed precision
 (2 + 2 + 12) and fp32 (4 + 4 + 8).
 
-Activations are what the autograd graph of `models.transformer` holds at the end of the forward
-pass, derived op by op rather than from Korthikanti et al. 2022 table 2 (T*B*d*(34 + 5*H*T/d)
-bytes per layer at 16 bits), whose layout (dropout everywhere, scores stored) differs. Per block
-and token, in units of d elements: each Linear saves its input (norm outputs, the attention
-output) and the fused QKV output (3d; d + 2 d_kv with grouped-query attention) is held through
-the q, k, v views SDPA saves; the residual stream (block input and the sum after attention) is
-held by the norms (plus 2 fp32 stats per token; RMSNorm decomposes and also saves x*rsqrt); RoPE
-adds the rotated q and k. The MLP saves f (ReLU saves its output only), 2f (GELU: its input and
-output) or 4f (SwiGLU: gate, up, SiLU output and product). Fused attention (SDPA
-flash/memory-efficient kernels, and the CPU flash kernel
-``_scaled_dot_product_flash_attention_for_cpu``, which PyTorch runs for both ``is_causal`` and a
-mask) saves its output and the logsumexp (B, H, T) and never the scores; with a mask it saves
-the mask converted to the query's dtype, (T, T) per layer. The math path
-(``attn_backend="math"``, and what CPU dispatches to when attention dropout is on) stores the
-(B, H, T, T) softmax output, and with dropout its mask and the dropped weights. Dropout masks
-are in the input's dtype on CPU (``input * bernoulli``) and 1-byte bools on CUDA. Under bf16
-autocast (activation bytes 2), norms and the residual stream stay fp32, each Linear saves a bf16
-copy of its input and of its weight.
+Activations are what the autograd graph of `sweep_models.transformer` holds at the end of the
+forward pass, derived op by op rather than from Korthikanti et al. 2022 table 2 (T*B*d*(34 +
+5*H*T/d) bytes per layer at 16 bits), whose layout (dropout everywhere, scores stored) differs. Per
+block and token, in units of d elements: each Linear saves its input (norm outputs, the attention
+output) and the fused QKV output (3d; d + 2 d_kv with grouped-query attention) is held through the
+q, k, v views SDPA saves; the residual stream (block input and the sum after attention) is held by
+the norms (plus 2 fp32 stats per token; RMSNorm decomposes and also saves x*rsqrt); RoPE adds the
+rotated q and k. The MLP saves f (ReLU saves its output only), 2f (GELU: its input and output) or 4f
+(SwiGLU: gate, up, SiLU output and product). Fused attention (SDPA flash/memory-efficient kernels,
+and the CPU flash kernel ``_scaled_dot_product_flash_attention_for_cpu``, which PyTorch runs for
+both ``is_causal`` and a mask) saves its output and the logsumexp (B, H, T) and never the scores;
+with a mask it saves the mask converted to the query's dtype, (T, T) per layer. The math path
+(``attn_backend="math"``, and what CPU dispatches to when attention dropout is on) stores the (B, H,
+T, T) softmax output, and with dropout its mask and the dropped weights. Dropout masks are in the
+input's dtype on CPU (``input * bernoulli``) and 1-byte bools on CUDA. Under bf16 autocast
+(activation bytes 2), norms and the residual stream stay fp32, each Linear saves a bf16 copy of its
+input and of its weight.
 
 The loss: the (B*T, V) logits (held by the caller), the log-softmax cross-entropy saves, and at
 the start of backward the gradient of the log-softmax and of the logits: 16 bytes per logit in
@@ -47,8 +46,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal, get_args
 
-from models.config import ModelConfig
-from models.cost.params import (
+from sweep_models.config import ModelConfig
+from sweep_models.cost.params import (
     block_bias_params,
     block_matmul_params,
     param_count,
@@ -126,7 +125,7 @@ def resolve_backend(config: ModelConfig, backend: str, device: str) -> str:
     """The attention backend that runs in training: ``sdpa``, ``flex`` (CUDA only) or ``math``.
 
     ``auto`` is FlexAttention on CUDA for sparse patterns and SDPA otherwise, as
-    `models.attention.SelfAttention` picks it.
+    `sweep_models.attention.SelfAttention` picks it.
     """
     if backend == "auto":
         backend = "flex" if device == "cuda" and config.attn_pattern != "dense" else "sdpa"
@@ -297,7 +296,7 @@ def training_memory(
         device: ``cuda`` or ``cpu``.
 
     Returns:
-        A `MemoryEstimate`, in bytes. The arguments are not checked; `models.cost.estimate`
+        A `MemoryEstimate`, in bytes. The arguments are not checked; `sweep_models.cost.estimate`
         checks them.
     """
     d, v, t, n_layers = config.d_model, config.vocab_size, seq_len, config.n_layers

@@ -1,4 +1,4 @@
-"""Parameter counts of `models.transformer`, exact, tied weights counted once.
+"""Parameter counts of `sweep_models.transformer`, exact, tied weights counted once.
 
 Notation: V vocab, T sequence length, d = d_model, L layers, f = d_ff, d_kv = n_kv_heads *
 d_head the width of the keys and of the values (d without grouped-query attention).
@@ -10,7 +10,7 @@ Linear(f, d) (SwiGLU: two Linear(d, f)), two norms (LayerNorm d weights + d bias
 bias; RMSNorm d). Around the blocks: token embedding V*d, learned position table T*d, a final
 norm for pre-norm models, the output projection V*d unless tied to the token embedding.
 
-Encoder-decoder models (``arch="encoder_decoder"``, `models.encoder_decoder`): encoder blocks
+Encoder-decoder models (``arch="encoder_decoder"``, `sweep_models.encoder_decoder`): encoder blocks
 are the blocks above; a decoder block adds a third norm and the cross-attention, queries
 Linear(d, d), keys and values Linear(d, 2 d_kv) and output Linear(d, d) (Vaswani et al. 2017,
 sec. 3.2.3). One token embedding V*d serves both stacks (and the tied output projection, sec.
@@ -24,7 +24,7 @@ V*d + T*d + L*(12d^2 + 13d) + 2d (nanoGPT ``scaling_laws.ipynb``; HF ``GPT2LMHea
 
 from __future__ import annotations
 
-from models.config import ModelConfig
+from sweep_models.config import ModelConfig
 
 __all__ = [
     "block_bias_params",
@@ -106,7 +106,7 @@ def param_count(config: ModelConfig) -> int:
     Grouped-query attention takes 2(d - d_kv)(d + 1) per block off that (with biases).
     An encoder-decoder model has n_encoder_layers blocks, n_decoder_layers decoder blocks
     (`decoder_block_params`) and, pre-norm, two final norms (module docstring).
-    The parametrization (`models.parametrization`) changes no count.
+    The parametrization (`sweep_models.parametrization`) changes no count.
     """
     d, v = config.d_model, config.vocab_size
     if config.arch == "encoder_decoder":

@@ -8,7 +8,7 @@ residual output projections scaled by 1/sqrt(2 * n_layers).
 
 Under muP and CompleteP (``config.parametrization``) the standard deviations, the output
 logits' multiplier, the attention scale and the residual branches' multiplier come from
-`models.parametrization`, each with its source; ``param_roles`` tells the optimizer which
+`sweep_models.parametrization`, each with its source; ``param_roles`` tells the optimizer which
 learning-rate rule each parameter follows. Under ``sp`` none of it runs: the model, its
 parameter names and its random draws are GPT-2's.
 
@@ -30,9 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models import parametrization
-from models.attention import CrossAttention, RotaryEmbedding, SelfAttention, SparseMask
-from models.config import ModelConfig
+from sweep_models import parametrization
+from sweep_models.attention import CrossAttention, RotaryEmbedding, SelfAttention, SparseMask
+from sweep_models.config import ModelConfig
 
 __all__ = [
     "MLP",
@@ -118,7 +118,7 @@ class Block(nn.Module):
     The forward pass is `PreNormBlock`'s (GPT-2) or `PostNormBlock`'s (Vaswani et al. 2017);
     `Block.build` picks the one of the config. Input and output ``(B, T, d_model)``. Each
     residual branch ends in ``branch_scale``: CompleteP's (n_layers / base_n_layers)^-alpha
-    (`models.parametrization.residual_mult`), an identity otherwise.
+    (`sweep_models.parametrization.residual_mult`), an identity otherwise.
     """
 
     def __init__(self, config: ModelConfig, attn: SelfAttention) -> None:
@@ -179,7 +179,7 @@ class LanguageModel(nn.Module):
     """What every model of `build_model` shares: parameter roles, counts and live changes.
 
     Subclasses set ``self.config`` and build their modules; `Transformer` (decoder-only) and
-    `models.encoder_decoder.EncoderDecoder`.
+    `sweep_models.encoder_decoder.EncoderDecoder`.
     """
 
     @staticmethod
@@ -201,14 +201,14 @@ class LanguageModel(nn.Module):
     def _init_by_role(self) -> None:
         """Draw every Linear and Embedding in module order, biases zero: GPT-2's first pass.
 
-        Each weight's standard deviation is its role's (`models.parametrization.init_std`).
+        Each weight's standard deviation is its role's (`sweep_models.parametrization.init_std`).
         """
         stds = {id(p): parametrization.init_std(self.config, role)
                 for _, p, role in self.param_roles()}
         self.apply(lambda module: self._init_weights(module, stds))
 
     def param_roles(self) -> list[tuple[str, nn.Parameter, str]]:
-        """Every parameter with its role in `models.parametrization` (``ROLES``).
+        """Every parameter with its role in `sweep_models.parametrization` (``ROLES``).
 
         Returns:
             ``(name, parameter, role)`` in ``named_parameters`` order, a tied output projection
@@ -337,7 +337,7 @@ def build_model(config: ModelConfig,
     """Build the model of ``config`` on ``device``.
 
     A `Transformer`, or for ``arch="encoder_decoder"`` a
-    `models.encoder_decoder.EncoderDecoder`.
+    `sweep_models.encoder_decoder.EncoderDecoder`.
 
     Args:
         config: A validated model config.
@@ -349,7 +349,7 @@ def build_model(config: ModelConfig,
     """
     cls: type[LanguageModel] = Transformer
     if config.arch == "encoder_decoder":
-        from models.encoder_decoder import EncoderDecoder  # it builds on this module's blocks
+        from sweep_models.encoder_decoder import EncoderDecoder  # it builds on this module's blocks
 
         cls = EncoderDecoder
     if device is None:

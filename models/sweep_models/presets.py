@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.errors import ConfigError
+from sweep_models.errors import ConfigError
 
 __all__ = ["PRESETS", "PRESET_SOURCES", "preset_dict"]
 

@@ -17,7 +17,7 @@ queries from the decoder and its keys and values from the encoder output, over e
 position (no mask), with the same temperature, scale and key/value grouping.
 
 The temperature tau is folded into the softmax scale: scale = 1 / (sqrt(d_head) * tau), or
-1 / (d_head * tau) under muP and CompleteP (`models.parametrization.attn_scale`).
+1 / (d_head * tau) under muP and CompleteP (`sweep_models.parametrization.attn_scale`).
 
 Grouped-query attention (Ainslie et al. 2023, "GQA"; ``n_kv_heads = 1`` is multi-query
 attention, Shazeer 2019): the fused projection makes H query heads and ``n_kv_heads`` key and
@@ -40,9 +40,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.config import ModelConfig
-from models.parametrization import attn_scale
-from models.patterns import AttnLayout
+from sweep_models.config import ModelConfig
+from sweep_models.parametrization import attn_scale
+from sweep_models.patterns import AttnLayout
 
 __all__ = [
     "CrossAttention",
@@ -59,7 +59,7 @@ def attention_mask(layout: AttnLayout, device: torch.device | str | None = None)
     """The boolean mask of a layout: ``True`` where query i may attend to key j.
 
     Args:
-        layout: A derived attention layout (see `models.patterns`).
+        layout: A derived attention layout (see `sweep_models.patterns`).
         device: Where to put the mask.
 
     Returns:

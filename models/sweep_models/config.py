@@ -18,8 +18,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-from models import patterns
-from models.errors import ConfigError, check_choice, reject_unknown
+from sweep_models import patterns
+from sweep_models.errors import ConfigError, check_choice, reject_unknown
 
 __all__ = [
     "ACTIVATIONS",
@@ -76,14 +76,13 @@ class ModelConfig:
     Attributes:
         arch: ``decoder_only`` (the default: one stack of ``n_layers`` blocks, causal or not)
             or ``encoder_decoder`` (Vaswani et al. 2017, sec. 3.1 and 3.2.3: an encoder of
-            bidirectional self-attention and FFN blocks over the source, and a decoder whose
-            blocks are causal self-attention, cross-attention over the encoder output and the
-            FFN, over the target). An encoder-decoder model reads each window of ``seq_len``
-            tokens as ``src_len`` source tokens followed by ``tgt_len = seq_len - src_len``
-            decoder-input tokens, and its loss is on the target part only
-            (`models.encoder_decoder`). It needs ``causal=True`` (the decoder's self-attention),
-            ``attn_pattern="dense"`` and a parametrization other than ``completep`` (whose
-            depth multiplier has one stack in mind).
+            bidirectional self-attention and FFN blocks over the source, and a decoder whose blocks
+            are causal self-attention, cross-attention over the encoder output and the FFN, over the
+            target). An encoder-decoder model reads each window of ``seq_len`` tokens as ``src_len``
+            source tokens followed by ``tgt_len = seq_len - src_len`` decoder-input tokens, and its
+            loss is on the target part only (`sweep_models.encoder_decoder`). It needs
+            ``causal=True`` (the decoder's self-attention), ``attn_pattern="dense"`` and a
+            parametrization other than ``completep`` (whose depth multiplier has one stack in mind).
         n_encoder_layers: Encoder blocks (``encoder_decoder`` only); ``None`` means
             ``n_layers``, resolved on construction: each stack has ``n_layers`` blocks unless
             given its own depth (Vaswani et al. 2017 use N = 6 for both). Must be unset
@@ -135,7 +134,7 @@ class ModelConfig:
             ``base_d_model`` transfer across widths) or ``completep`` (Dey et al. 2025,
             "Don't be lazy: CompleteP": muP plus depth scaling of the residual branches, so
             they transfer across depths from ``base_n_layers`` too). The multipliers and their
-            sources are in `models.parametrization`; shapes, parameter counts and FLOPs do
+            sources are in `sweep_models.parametrization`; shapes, parameter counts and FLOPs do
             not depend on it.
         base_d_model: The width the hyperparameters were tuned at (``mup``, ``completep``,
             which need it; ignored by ``sp``); width_mult = d_model / base_d_model.
@@ -351,7 +350,7 @@ class ModelConfig:
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> ModelConfig:
-        """A named preset (see `models.presets`) with some fields replaced.
+        """A named preset (see `sweep_models.presets`) with some fields replaced.
 
         Presets leave ``d_ff`` unset where it is ``4 * d_model``, so overriding ``d_model``
         scales it too.
@@ -359,7 +358,7 @@ class ModelConfig:
         Raises:
             ConfigError: For an unknown preset name, unknown field or invalid value.
         """
-        from models.presets import preset_dict
+        from sweep_models.presets import preset_dict
 
         return cls.from_dict({**preset_dict(name), **overrides})
 
