@@ -38,6 +38,7 @@ from typing import Any
 
 __all__ = [
     "ATTR_BEST_VAL_LOSS",
+    "ATTR_CONSTRAINTS",
     "ATTR_HEARTBEAT",
     "ATTR_OWNER",
     "ATTR_PROGRESS",
@@ -46,6 +47,7 @@ __all__ = [
     "ATTR_RUN_ID",
     "ATTR_STATE",
     "BEST_CONFIG_ARTIFACT",
+    "CONFIG_KEYS",
     "CONFIG_MEMBER",
     "CONFIG_RETRY_OF",
     "CONFIG_TRIAL_NUMBER",
@@ -334,10 +336,14 @@ ATTR_RUN_ID = "sweep_run_id"
 ATTR_REASON = "sweep_reason"
 ATTR_BEST_VAL_LOSS = "sweep_best_val_loss"
 ATTR_PROGRESS = "sweep_progress"
+#: A trial's constraint values (<= 0 feasible), as Optuna samplers and the results read them.
+ATTR_CONSTRAINTS = "constraints"
 #: Keys the Ray executor adds to a trial's config.
 CONFIG_TRIAL_NUMBER = "sweep.trial_number"
 CONFIG_MEMBER = "sweep.member"
 CONFIG_RETRY_OF = "sweep.retry_of"
+#: Every key the Ray executor adds; the rest of a config is the trial's sampled params.
+CONFIG_KEYS = (CONFIG_TRIAL_NUMBER, CONFIG_MEMBER, CONFIG_RETRY_OF)
 
 
 def run_name(number: int) -> str:

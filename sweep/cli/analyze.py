@@ -323,7 +323,7 @@ _TRANSFER_HELP = (
 def _transfer_spec(study: str, attrs: dict[str, Any]) -> Any:
     """The stored spec of a transfer study; exits 2 when it is not one or cannot be read."""
     spec = _study_spec(attrs)
-    if spec is None or spec.transfer is None:
+    if spec is None or spec.section("transfer") is None:
         bad_input(f"study {attrs['study']!r} is not a transfer study (its spec has no "
                   "transfer section)" if spec is not None else
                   f"study {attrs['study']!r}: its spec could not be read")
@@ -378,8 +378,8 @@ def transfer(
     except (StudyNotFoundError, UnreachableStoreError) as exc:
         bad_input(str(exc))
     spec = _transfer_spec(study, attrs)
+    from sweep.kinds.transfer.grid import grid_fields
     from sweep.scaling.transfer import analyze_transfer, transfer_figure, transfer_points
-    from sweep.space.transfer import grid_fields
 
     points = transfer_points(trials, grid_fields(spec))
     reports = analyze_transfer(points, n_bootstrap=bootstrap, seed=seed)

@@ -93,9 +93,10 @@ def _resolve(spec_or_preset: str, sets: dict[str, Any], widths_raw: str | None,
         if "preset" in model:
             model = {**preset_dict(model.pop("preset")), **model}
         uri, vocab = spec.data.uri, spec.data.vocab_size
-        widths_default = tuple(spec.transfer.widths) if spec.transfer else _DEFAULT_WIDTHS
-        if spec.transfer:
-            model.update(d_head=spec.transfer.d_head, d_ff_ratio=spec.transfer.d_ff_ratio)
+        compared = spec.kind.widths(spec)  # a transfer study's widths and their shape fields
+        widths_default = tuple(compared[0]) if compared else _DEFAULT_WIDTHS
+        if compared:
+            model.update(compared[1])
     else:
         bad_input(f"{spec_or_preset!r}: neither a spec file nor a preset "
                   f"({', '.join(PRESETS)})")

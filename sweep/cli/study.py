@@ -55,7 +55,7 @@ def validate(
         s = spec.search
         common.console.print(f"[bold]{spec.name}[/] ({spec_hash(spec)}): executor {s.executor}, "
                       f"sampler {s.sampler}, pruner {s.pruner}, scheduler {s.scheduler}, "
-                      f"{_trials_shown(spec)} trials, objectives "
+                      f"{spec.kind.trial_count(spec)} trials, objectives "
                       f"{', '.join(f'{o} ({d})' for o, d in spec.objective_directions())}")
         table = Table("parameter", "kind", "domain", "when")
         for row in summary["params"]:
@@ -77,56 +77,17 @@ def validate(
     if n_ok == 0:
         bad_input(f"{spec_path}: none of {summary['n_configs']} sampled configs is valid and "
                   "within the constraints; the study could never train a trial")
-    if spec.scaling is not None:
-        from sweep.space import grid
-
-        layouts = grid.layout(spec, device=device)
-        if not as_json:
-            _print_grid(spec, layouts, device)
-        problems = grid.layout_problems(layouts)
-        if problems:
-            bad_input("; ".join(problems))
-    if spec.transfer is not None and not as_json:
-        _print_transfer_grid(spec)
+    problems = spec.kind.describe(spec, _say, _warn, device=device, as_json=as_json)
+    if problems:
+        bad_input("; ".join(problems))
 
 
-def _trials_shown(spec) -> str:
-    """The trial count of the header: the grid's size for scaling and transfer studies."""
-    if spec.transfer is not None:
-        from sweep.space.transfer import points
-
-        return f"{len(points(spec))} (transfer grid)"
-    return "grid" if spec.scaling else str(spec.search.n_trials)
+def _say(line) -> None:
+    common.console.print(line, highlight=False, soft_wrap=True)
 
 
-def _parametrization_line(spec, what: str) -> str:
-    """What the parametrization means for one tuned learning rate across ``what``."""
-    model = spec.model
-    par = model.get("parametrization", "sp")
-    if isinstance(par, str) and par in ("mup", "completep"):
-        return (f"parametrization {par} (base d_model {model.get('base_d_model')}): one tuned "
-                f"train.lr serves {what} (width_mult = d_model / base_d_model)")
-    if isinstance(par, str):
-        return (f"parametrization {par}: the best train.lr drifts with width, so one lr does "
-                f"not serve {what} equally; model.parametrization: mup with a fixed "
-                "base_d_model makes it transfer")
-    options = ", ".join(map(str, getattr(par, "options", [])))
-    return f"parametrization searched ({options}): compared side by side across {what}"
-
-
-def _print_transfer_grid(spec) -> None:
-    from sweep.space.transfer import grid_fields, points
-
-    tr = spec.transfer
-    axes = [f"{len(p.domain.options)} {p.path}" for p in spec.searched()
-            if p.path in grid_fields(spec)]
-    common.console.print(
-        f"transfer grid: widths {', '.join(map(str, tr.widths))} (d_model; n_heads = d_model / "
-        f"{tr.d_head}, d_ff = {tr.d_ff_ratio:g} d_model) x {' x '.join(axes)} = "
-        f"{len(points(spec))} trials, each trained to the end; sweep analyze transfer "
-        "reports the best lr per width", highlight=False, soft_wrap=True)
-    common.console.print(_parametrization_line(spec, "every width"), highlight=False,
-                         soft_wrap=True)
+def _warn(line: str) -> None:
+    common.err_console.print(line, highlight=False, soft_wrap=True)
 
 
 def _inspect_corpus(spec):
@@ -167,83 +128,6 @@ def _corpus_record(spec, corpus) -> dict:
             **corpus.summary}
 
 
-def _measured_flops_per_s(spec) -> tuple[float | None, str]:
-    """Median training FLOP/s of the completed trials of this study's own store, if any."""
-    db = spec.default_output_dir() / "mlflow.db"
-    if spec.tracking.uri or not db.is_file():
-        return None, "no measured throughput (no finished trials of this study yet)"
-    from sweep.schema import METRIC_TRAIN_FLOPS, METRIC_WALL_S
-    from sweep.tracking import find_study, read_trials
-    from sweep.tracking.uris import default_tracking_uri
-
-    uri = default_tracking_uri(spec.default_output_dir())
-    found = find_study(uri, spec.name)
-    if found is None:
-        return None, "no measured throughput (no finished trials of this study yet)"
-    rates = [t["metrics"][METRIC_TRAIN_FLOPS] / t["metrics"][METRIC_WALL_S]
-             for t in read_trials(uri, *found) if t["state"] is TrialState.COMPLETE
-             and t["metrics"].get(METRIC_WALL_S, 0) > 0 and METRIC_TRAIN_FLOPS in t["metrics"]]
-    if not rates:
-        return None, "no measured throughput (no finished trials of this study yet)"
-    rate = sorted(rates)[len(rates) // 2]
-    return rate, f"time at {rate:.3g} FLOP/s, the median of {len(rates)} finished trials"
-
-
-def _print_grid(spec, layouts, device: str | None) -> None:
-    from sweep.schema import (
-        METRIC_BRANCH_TOKENS,
-        METRIC_BUDGET_FLOPS,
-        METRIC_MEM_ESTIMATE,
-        METRIC_N_TOKENS,
-        METRIC_TOKENS_PER_PARAM,
-        METRIC_TRAIN_FLOPS,
-    )
-    from sweep.space import grid
-
-    sc = spec.scaling
-    rate, rate_note = _measured_flops_per_s(spec)
-    rows = grid.grid_rows(spec, layouts, device=device or "auto", flops_per_s=rate)
-    branch = ("from trunk",) if sc.branches else ()
-    table = Table("budget (FLOPs)", "shape", "N", "tokens", *branch, "tokens/N", "memory",
-                  "est. time", title=f"IsoFLOP grid: {len(rows)} trials")
-    for r in rows:
-        est = "-" if r["est_seconds"] is None else f"{r['est_seconds']:,.0f} s"
-        reused = (f"{r[METRIC_BRANCH_TOKENS]:,}",) if sc.branches else ()
-        table.add_row(f"{r[METRIC_BUDGET_FLOPS]:.3g}", r["shape"], f"{r[METRIC_N_PARAMS]:,}",
-                      f"{r[METRIC_N_TOKENS]:,}", *reused, f"{r[METRIC_TOKENS_PER_PARAM]:.1f}",
-                      f"{r[METRIC_MEM_ESTIMATE] / 2**20:,.0f} MiB", est)
-    common.console.print(table)
-    say = common.console.print
-    say(_parametrization_line(spec, "every size of the grid"), highlight=False, soft_wrap=True)
-    if sc.branches:
-        total = sum(r[METRIC_N_TOKENS] for r in rows)
-        trained = total - sum(r[METRIC_BRANCH_TOKENS] for r in rows)
-        n = sum(1 for r in rows if r[METRIC_BRANCH_TOKENS])
-        flops = sum(r[METRIC_TRAIN_FLOPS] for r in rows)
-        alone = sum(r[METRIC_BUDGET_FLOPS] for r in rows)
-        say(f"scaling.branches: {n} of {len(rows)} trials continue their shape's stable-phase "
-            f"trunk; {trained:,} tokens trained instead of {total:,} "
-            f"({1 - trained / total:.0%} fewer), {flops:.3g} training FLOPs instead of "
-            f"{alone:.3g} ({1 - flops / alone:.0%} less)", highlight=False, soft_wrap=True)
-    for lay in layouts:
-        say(f"C={lay.budget_flops:.3g}: centred on N*={lay.centre_n_params:,.0f} "
-            f"({lay.centre_source})", highlight=False)
-        for label, reason in lay.dropped:
-            say(f"  dropped {label}: {reason}", highlight=False, soft_wrap=True)
-    if sc.recentre and len(layouts) > 1:
-        say("budgets after the first are re-centred on the earlier results as the study runs "
-            "(scaling.recentre), so their shapes may differ from this layout", highlight=False)
-    say(f"corpus epochs (scaling.max_epochs={sc.max_epochs:g}) are checked when sweep run "
-        f"prepares the corpus; {rate_note}", highlight=False, soft_wrap=True)
-    s = spec.search
-    for name, value in (("pruner", s.pruner), ("scheduler", s.scheduler)):
-        if value != "none":
-            common.err_console.print(
-                f"warning: search.{name}={value}: early stopping removes points an IsoFLOP "
-                "curve needs (a cut at a fraction of the budget leaves no loss at the budget); "
-                f"scaling studies default to {name} none", highlight=False)
-
-
 def _check_inputs(spec, out: Path | None = None, device: str | None = None,
                   space: bool = False, ray_address: str | None = None):
     """`sweep.study.check_inputs` (and `check_space` when ``space``), exiting 2 on bad input.
@@ -276,12 +160,9 @@ def _load_study_spec(spec_path: str, executor: str | None = None, trials: int | 
         spec = load_spec(spec_path)
     except SpecError as exc:
         bad_input(str(exc))
-    if trials is not None and spec.scaling is not None:
-        bad_input(f"--trials {trials}: a scaling study's trials are its grid points "
-                  "(scaling.budgets x scaling.sizes_per_budget); change those instead")
-    if trials is not None and spec.transfer is not None:
-        bad_input(f"--trials {trials}: a transfer study's trials are its grid points "
-                  "(transfer.widths x every choice); change those instead")
+    if trials is not None and spec.kind.trials_from is not None:
+        bad_input(f"--trials {trials}: a {spec.kind.name} study's trials are "
+                  f"{spec.kind.trials_from}; change those instead")
     try:
         return with_overrides(spec, executor=executor, n_trials=trials)
     except SpecError as exc:
@@ -374,8 +255,7 @@ def run(
             "parent_run_id": summary.parent_run_id, "notes": summary.notes,
         }))
     elif not quiet:
-        _print_top_trials(summary, spec.tracking.experiment,
-                          spec_scheduler=spec.search.scheduler)
+        _print_top_trials(summary, spec.tracking.experiment)
     else:  # the progress lines said these; quiet runs still hear what was left out
         for note in summary.notes:
             common.err_console.print(f"note: {note}", highlight=False, soft_wrap=True,
@@ -388,37 +268,22 @@ def run(
         raise typer.Exit(code=1)
 
 
-def _pbt_final_values(tracking_uri: str, rows) -> dict[str, dict]:
-    """``run_id -> {param: final value}`` of the params PBT changed (tags ``pbt.<param>``)."""
-    from mlflow import MlflowClient
-
-    from sweep.schema import decode_param, mutation_key
-
-    client, prefix, out = MlflowClient(tracking_uri), mutation_key(""), {}
-    for run_id in rows["run_id"]:
-        tags = client.get_run(run_id).data.tags
-        out[run_id] = {k[len(prefix):]: decode_param(v) for k, v in tags.items()
-                       if k.startswith(prefix) and k[len(prefix):].startswith(("model.", "train."))}
-    return out
-
-
-def _print_top_trials(summary, experiment: str, top: int = 5,
-                      spec_scheduler: str | None = None) -> None:
+def _print_top_trials(summary, experiment: str, top: int = 5) -> None:
     """The best trials; read by experiment name, since a tracking server holds other studies.
 
-    A PBT study's params show their initial and final values (``lr=0.001->0.0031``), as its
-    per-trial lines do.
+    Params changed during training (PBT) show their initial and final values
+    (``lr=0.001->0.0031``), as the per-trial lines do.
     """
     from sweep.results import load_results
     from sweep.study.progress import format_params
+    from sweep.tracking import mutated_params
 
     frame = load_results(experiment, tracking_uri=summary.tracking_uri)
     searched = [c for c in frame.columns if c.startswith(("model.", "train."))
                 and frame[c].astype(str).nunique() > 1]
     table = Table("trial", "state", "best val_loss", METRIC_N_PARAMS, "searched params",
                   title=f"top trials of {summary.name}")
-    mutated = _pbt_final_values(summary.tracking_uri, frame.head(top)) \
-        if spec_scheduler == "pbt" else {}
+    mutated = mutated_params(summary.tracking_uri, list(frame.head(top)["run_id"]))
     for _, row in frame.head(top).iterrows():
         loss = row.get(METRIC_BEST_VAL_LOSS, math.nan)
         table.add_row(str(row["trial"]), row["state"],
@@ -481,14 +346,10 @@ def worker(
     ``spec.yaml``). Exits 2, adding no trial, when it is not, or when the study is not found.
     """
     spec = _load_study_spec(spec_path, "optuna")
-    if spec.scaling is not None:
-        bad_input(f"{spec_path}: a scaling study's grid points are queued by sweep run, budget "
-                  "by budget; sweep worker would draw points of its own. Run it with sweep run "
-                  "(search.parallel for more processes)")
-    if spec.transfer is not None:
-        bad_input(f"{spec_path}: a transfer study's grid points are queued by sweep run; sweep "
-                  "worker would draw points of its own. Run it with sweep run (search.parallel "
-                  "for more processes)")
+    if spec.kind.trials_from is not None:
+        bad_input(f"{spec_path}: a {spec.kind.name} study's grid points are queued by sweep run "
+                  f"({spec.kind.trials_from}); sweep worker would draw points of its own. Run "
+                  "it with sweep run (search.parallel for more processes)")
     out_dir = Path(out) if out else spec.default_output_dir()
     _check_inputs(spec, out_dir, device, space=True)
     from sweep.executors import optuna as optuna_executor

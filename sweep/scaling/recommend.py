@@ -1,11 +1,11 @@
 """From fit to model: the shapes of a study's size rule to train at a target budget.
 
 A fit gives N_opt for a budget C; `recommend` turns it into the shapes the study's size rule
-(`sweep.space.grid.nearest_shapes`) offers nearest to N_opt, each priced by the project's cost model
-(`sweep_models.cost.estimate`: parameters, training FLOPs per token, the memory of one training step
-on a named device) with the tokens the budget buys it (C / training FLOPs per token), and a spec
-fragment that trains it (`spec_fragment`). `add_recommendations` does this for each target budget of
-a `sweep.scaling.report.ScalingReport`, from its best fit.
+(`sweep.kinds.scaling.shapes.nearest_shapes`) offers nearest to N_opt, each priced by the project's
+cost model (`sweep_models.cost.estimate`: parameters, training FLOPs per token, the memory of one
+training step on a named device) with the tokens the budget buys it (C / training FLOPs per token),
+and a spec fragment that trains it (`spec_fragment`). `add_recommendations` does this for each
+target budget of a `sweep.scaling.report.ScalingReport`, from its best fit.
 """
 
 from __future__ import annotations
@@ -72,11 +72,11 @@ def recommend(spec: StudySpec, budget_flops: float, n_opt: float, *, k: int = 3,
         ValueError: ``spec`` is not a scaling study, a non-positive budget or N, or an unknown
             device.
     """
-    from sweep.space import grid
+    from sweep.kinds.scaling import shapes as grid
     from sweep.space.sampling import build_configs, fixed_values
     from sweep_models.cost import estimate
 
-    if spec.scaling is None:
+    if spec.section("scaling") is None:
         raise ValueError(f"{spec.name}: not a scaling study (no size rule to recommend from)")
     if not (budget_flops > 0 and n_opt > 0):
         raise ValueError(f"budget_flops={budget_flops!r}, n_opt={n_opt!r}: both must be > 0")
@@ -117,7 +117,7 @@ def cost_model_flops_per_token(spec: Any, n_params: float):
     In log N between the nine shapes of the rule nearest to ``n_params``; beyond them, the
     nearest shape's FLOPs per token per parameter times N.
     """
-    from sweep.space import grid
+    from sweep.kinds.scaling import shapes as grid
 
     shapes = grid.nearest_shapes(spec, n_params, k=9)
     log_n = np.log([c.n_params for c in shapes])

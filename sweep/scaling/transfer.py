@@ -55,7 +55,7 @@ def transfer_points(trials: list[dict[str, Any]], grid_fields: list[str]) -> pd.
     Args:
         trials: `sweep.tracking.read_trials` records.
         grid_fields: The grid's searched fields (dotted), ``train.lr`` among them
-            (`sweep.space.transfer.grid_fields`).
+            (`sweep.kinds.transfer.grid.grid_fields`).
 
     Returns:
         Columns ``group`` (the other grid fields' values, e.g. ``parametrization=mup``; ``all``

@@ -7,7 +7,7 @@ with `configs_from_params`. Before a trial trains, `check_constraints` prices it
 of the space once for preflight, ``sweep validate`` and the Ray schedulers.
 """
 
-from sweep.space.algorithms import make_pruner, make_sampler, mutation_domains, pbt_mutations
+from sweep.space.algorithms import make_pruner, make_sampler
 from sweep.space.constraints import (
     CONSTRAINT_NAMES,
     N_CONSTRAINTS,
@@ -50,8 +50,6 @@ __all__ = [
     "make_sampler",
     "memory_limit",
     "memory_limit_bytes",
-    "mutation_domains",
-    "pbt_mutations",
     "record_constraints",
     "sample_params",
     "suggest",

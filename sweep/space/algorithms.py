@@ -1,79 +1,12 @@
-"""The search algorithms a spec names.
-
-Optuna samplers and pruners, and Ray Tune's PBT mutations.
-"""
+"""The search algorithms a spec names: Optuna samplers and pruners."""
 
 from __future__ import annotations
 
-import random
 import warnings
 from typing import Any
 
 from sweep.space.summary import grid_search_space
-from sweep.spec import (
-    PBT_MUTABLE,
-    ChoiceDomain,
-    Domain,
-    FloatDomain,
-    StudySpec,
-)
-
-
-def mutation_domains(spec: StudySpec) -> dict[str, Domain]:
-    """``search.pbt.hyperparam_mutations`` keyed by dotted path (``lr`` -> ``train.lr``).
-
-    Raises:
-        ValueError: The spec has no ``search.pbt`` section.
-    """
-    if spec.search.pbt is None:
-        raise ValueError("the spec has no search.pbt section")
-    return {name if "." in name else f"{PBT_MUTABLE[name]}.{name}": domain
-            for name, domain in spec.search.pbt.hyperparam_mutations.items()}
-
-
-class IntResample:
-    """Ray PBT's resampling of an integer domain: one of ``lo, lo+step, ..., hi``, uniformly.
-
-    Both bounds are included, as the spec says (``{int: [1, 4]}`` draws 1 to 4). Ray's own
-    ``qrandint(lo, hi, 1)`` leaves out ``hi``, and with ``q > 1`` rounds to multiples of ``q``
-    rather than to ``lo + k * step``; PBT calls a callable mutation for each resample.
-    A class, not a closure: Ray saves the scheduler with plain pickle.
-    """
-
-    def __init__(self, lo: int, hi: int, step: int = 1) -> None:
-        self.values = range(int(lo), int(hi) + 1, int(step))
-
-    def __call__(self, *_: Any) -> int:
-        return random.choice(self.values)
-
-    def __repr__(self) -> str:
-        v = self.values
-        return f"IntResample({v.start}, {v.stop - 1}, {v.step})"
-
-
-def pbt_mutations(spec: StudySpec) -> dict[str, Any]:
-    """`mutation_domains` as Ray Tune domains (Ray is imported only here).
-
-    Integer domains resample with both bounds included (`IntResample`, or Ray's
-    ``lograndint(lo, hi + 1)``, whose upper bound is exclusive, for a log domain).
-
-    Raises:
-        ValueError: The spec has no ``search.pbt`` section.
-    """
-    from ray import tune
-
-    out: dict[str, Any] = {}
-    for path, d in mutation_domains(spec).items():
-        if isinstance(d, ChoiceDomain):
-            out[path] = list(d.options)
-        elif isinstance(d, FloatDomain):
-            lo, hi = d.bounds
-            out[path] = (tune.loguniform(lo, hi) if d.log else
-                         tune.quniform(lo, hi, d.step) if d.step else tune.uniform(lo, hi))
-        else:
-            lo, hi = d.bounds
-            out[path] = tune.lograndint(lo, hi + 1) if d.log else IntResample(lo, hi, d.step)
-    return out
+from sweep.spec import StudySpec
 
 
 # ----------------------------------------------------------------------- samplers, pruners

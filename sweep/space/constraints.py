@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from typing import Any
 
-from sweep.spec import (
-    StudySpec,
+from sweep.schema import (
+    ATTR_CONSTRAINTS,
+    METRIC_FLOPS_PER_TOKEN,
+    METRIC_MEM_ESTIMATE,
+    METRIC_N_PARAMS,
 )
+from sweep.spec import StudySpec
 from sweep.train.config import TrainConfig
 from sweep_models.config import ModelConfig
 
@@ -138,18 +143,24 @@ def _surely_cpu(device: str | None) -> bool:
     return device == "cpu" or (device in (None, "auto") and no_cuda_driver())
 
 
-def constraint_values(spec: StudySpec, cost: Any, *, memory_limit_bytes: float) -> list[float]:
+def constraint_values(spec: StudySpec, cost: Mapping[str, float], *,
+                      memory_limit_bytes: float) -> list[float]:
     """Optuna constraint values, <= 0 when feasible (`N_CONSTRAINTS` of them).
 
     Relative excess of parameters, forward FLOPs per token and training memory over the spec's
     limits; -1 where there is no limit.
+
+    Args:
+        spec: The study spec (its ``constraints``).
+        cost: A trial's cost metrics by name (`sweep.schema.cost_metrics`, or its run's).
+        memory_limit_bytes: The memory a trial may use (`memory_limit_bytes`).
     """
     c = spec.constraints
     return [
-        cost.n_params / c.max_params - 1.0 if c.max_params else -1.0,
-        cost.flops_per_token_fwd / c.max_flops_per_token - 1.0 if c.max_flops_per_token
+        cost[METRIC_N_PARAMS] / c.max_params - 1.0 if c.max_params else -1.0,
+        cost[METRIC_FLOPS_PER_TOKEN] / c.max_flops_per_token - 1.0 if c.max_flops_per_token
         else -1.0,
-        cost.memory.total / memory_limit_bytes - 1.0,
+        cost[METRIC_MEM_ESTIMATE] / memory_limit_bytes - 1.0,
     ]
 
 
@@ -191,7 +202,7 @@ def record_constraints(trial: Any, values: list[float]) -> None:
     the results table and `constraints_func`, into ``user_attrs["constraints"]``.
     """
     values = [float(v) for v in values]
-    trial.set_user_attr("constraints", values)
+    trial.set_user_attr(ATTR_CONSTRAINTS, values)
     for name, value in zip(CONSTRAINT_NAMES, values, strict=True):
         trial.set_constraint(name, value)
 
@@ -203,4 +214,4 @@ def constraints_func(trial: Any) -> list[float]:
     `record_constraints` already calls, so `make_sampler` does not pass this. A trial that
     stored none (it failed before the check) counts as feasible.
     """
-    return list(trial.user_attrs.get("constraints", [0.0] * N_CONSTRAINTS))
+    return list(trial.user_attrs.get(ATTR_CONSTRAINTS, [0.0] * N_CONSTRAINTS))

@@ -23,7 +23,7 @@ from sweep.spec import (
     SpecParam,
     StudySpec,
 )
-from sweep.spec.rules import section_defaults
+from sweep.spec.values import section_defaults
 from sweep.train.config import TrainConfig
 from sweep_models.config import ModelConfig
 from sweep_models.errors import ConfigError
@@ -71,12 +71,8 @@ def _active(spec: StudySpec, param: SpecParam, values: Mapping[str, Any]) -> boo
 
 def _sample(trial: Any, spec: StudySpec) -> dict[str, Any]:
     """Walk the spec define-by-run; returns every active key's value (fixed ones included)."""
-    values: dict[str, Any] = {}
-    if spec.transfer is not None:
-        from sweep.space import transfer
-
-        width = trial.suggest_categorical(transfer.WIDTH, list(spec.transfer.widths))
-        values.update(transfer.width_values(spec, width))
+    # The kind's own axes first (a transfer study's width), so conditions see what they set.
+    values: dict[str, Any] = dict(spec.kind.sample(trial, spec))
     for p in spec.params():
         if not _active(spec, p, values):
             continue
@@ -89,11 +85,6 @@ def _sample(trial: Any, spec: StudySpec) -> dict[str, Any]:
             values[p.path] = trial.suggest_int(p.path, *d.bounds, step=d.step, log=d.log)
         else:
             values[p.path] = _decode(d, trial.suggest_categorical(p.path, choice_labels(d)))
-    if spec.scaling is not None:
-        from sweep.space import grid
-
-        label = trial.suggest_categorical(grid.SCALING_POINT, grid.all_labels(spec))
-        values.update(grid.point_values(spec, label))
     return values
 
 
@@ -176,25 +167,7 @@ def configs_from_params(
             ``model.``/``train.`` key, or values that make no valid config.
     """
     params = dict(params)
-    if spec.scaling is not None:
-        from sweep.space import grid
-
-        label = params.pop(grid.SCALING_POINT, None)
-        if label is None:
-            raise InvalidConfig(f"{grid.SCALING_POINT}: missing (every trial of a scaling study "
-                                "is a grid point)", params)
-        try:
-            params.update(grid.point_values(spec, label))
-        except ValueError as exc:
-            raise InvalidConfig(str(exc), params) from None
-    if spec.transfer is not None:
-        from sweep.space import transfer
-
-        width = params.get(transfer.WIDTH)
-        if width not in spec.transfer.widths:
-            raise InvalidConfig(f"{transfer.WIDTH}={width!r}: not one of transfer.widths "
-                                f"{spec.transfer.widths}", params)
-        params.update(transfer.width_values(spec, width))
+    params.update(spec.kind.resolve(spec, params))  # the kind's own axes (a grid point)
     by_path = {p.path: p for p in spec.params()}
     for key in params:
         if key.startswith(("model.", "train.")) and key not in by_path:
@@ -265,14 +238,7 @@ def corner_params(spec: StudySpec) -> list[dict[str, Any]]:
             d = p.domain
             values[p.path] = (choice_labels(d)[end] if isinstance(d, ChoiceDomain)
                               else d.bounds[end])
-        if spec.scaling is not None:
-            from sweep.space import grid
-
-            values[grid.SCALING_POINT] = grid.all_labels(spec)[end]
-        if spec.transfer is not None:
-            from sweep.space import transfer
-
-            values[transfer.WIDTH] = spec.transfer.widths[end]
+        values.update(spec.kind.corner(spec, end))
         corners.append(values)
     return corners
 

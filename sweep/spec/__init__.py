@@ -1,9 +1,9 @@
 """Study specs: the YAML a user writes, validated once into a `StudySpec`.
 
 A spec has the sections ``name``, ``description``, ``data``, ``model``, ``train``, ``search``,
-``constraints``, ``resources`` and ``tracking``, and for a scaling or transfer study
-``scaling`` or ``transfer``. In ``model`` and ``train`` every key is a
-`ModelConfig` / `TrainConfig` field (plus the derived model keys ``preset``, ``d_head`` and
+``constraints``, ``resources`` and ``tracking``, and the section of its study kind if it has one
+(``scaling``, ``transfer``, ``search.pbt``: `sweep.kinds`). In ``model`` and ``train`` every key is
+a `ModelConfig` / `TrainConfig` field (plus the derived model keys ``preset``, ``d_head`` and
 ``d_ff_ratio``) and every value is either fixed or a domain::
 
     d_model: {int: [64, 256], step: 64}          # ints, optionally log: true (then step 1)
@@ -16,13 +16,13 @@ A domain with ``when`` is only sampled while every named field (same section unl
 ``d_head`` sets ``n_heads = d_model / d_head`` and ``d_ff_ratio`` sets
 ``d_ff = round(d_ff_ratio * d_model)``, so the space holds only valid shapes.
 
-A file over 1 MB is refused unread; YAML aliases, object tags and keys given twice are refused
-with their line; every fixed value, choice and range bound is checked against its field's rule
+A file over 1 MB is refused unread; YAML aliases, object tags and keys given twice are refused with
+their line; every fixed value, choice and range bound is checked against its field's rule
 (`sweep.spec.fields.FIELD_RULES`). Every problem is reported with its dotted path
-(``search.sampler``, ``model.d_model.float[1]``) in one `SpecError`, one line per problem.
-Modules, imported one way only: ``fields`` <- ``domains`` <- ``schema`` <- ``rules`` <-
-``loader``. The translation of a spec into sampler calls lives in `sweep.space`; this package
-only says what a valid spec is.
+(``search.sampler``, ``model.d_model.float[1]``) in one `SpecError`, one line per problem. Modules,
+imported one way only: ``fields`` <- ``domains`` <- ``sections`` <- ``schema`` <- ``values`` <-
+``shape_rules`` <- ``rules`` <- ``loader``. The translation of a spec into sampler calls lives in
+`sweep.space`; this package only says what a valid spec is.
 """
 
 from sweep.spec.domains import ChoiceDomain, Domain, FloatDomain, IntDomain, Param, SpecParam
@@ -32,12 +32,11 @@ from sweep.spec.schema import (
     JOURNAL_FILE,
     ConstraintsSpec,
     DataSpec,
-    PBTSpec,
     ResourcesSpec,
     SearchSpec,
+    Section,
     StudySpec,
     TrackingSpec,
-    TransferSpec,
 )
 
 __all__ = [
@@ -52,15 +51,14 @@ __all__ = [
     "Domain",
     "FloatDomain",
     "IntDomain",
-    "PBTSpec",
     "Param",
     "ResourcesSpec",
     "SearchSpec",
+    "Section",
     "SpecError",
     "SpecParam",
     "StudySpec",
     "TrackingSpec",
-    "TransferSpec",
     "load_spec",
     "parse_spec",
     "spec_hash",

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from sweep.spec import rules
 from sweep.spec.domains import ChoiceDomain, FloatDomain, IntDomain
 from sweep.spec.schema import StudySpec
+from sweep.spec.sections import section_models
 
 
 class SpecError(Exception):
@@ -199,9 +200,16 @@ def _alternatives(annotation: Any) -> list[Any]:
 
 
 def _known_keys(loc: tuple[Any, ...]) -> list[str]:
-    """The keys the spec model at ``loc`` (a pydantic error location) accepts, or none."""
+    """The keys the spec model at ``loc`` (a pydantic error location) accepts, or none.
+
+    A study kind's section (`sweep.kinds`) is its own model at its path, and a key beside it.
+    """
+    sections = section_models()
     annotation: Any = StudySpec
-    for part in loc:
+    for depth, part in enumerate(loc):
+        if loc[:depth + 1] in sections:
+            annotation = sections[loc[:depth + 1]]
+            continue
         if part in _TAGGED:
             annotation = _TAGGED[part]
             continue
@@ -221,7 +229,8 @@ def _known_keys(loc: tuple[Any, ...]) -> list[str]:
         annotation = inner
     return [f.alias or n for t in _alternatives(annotation)
             if isinstance(t, type) and issubclass(t, BaseModel)
-            for n, f in t.model_fields.items()]
+            for n, f in t.model_fields.items()] + \
+        [path[-1] for path in sections if path[:-1] == tuple(loc)]
 
 
 def _kind(value: Any) -> str:

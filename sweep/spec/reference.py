@@ -22,10 +22,11 @@ import types
 import typing
 from typing import Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from sweep.spec.fields import DATA_SCHEMES, DERIVED_MODEL_KEYS, FIELD_RULES, Rule, show_number
-from sweep.spec.schema import StudySpec
+from sweep.spec.schema import SearchSpec, StudySpec
+from sweep.spec.sections import section_models
 from sweep.train.config import PRECISIONS, SCHEDULES, TrainConfig
 from sweep_models.config import ModelConfig
 
@@ -152,9 +153,31 @@ def _any_of_for_open_unions(node: Any) -> Any:
     return node
 
 
+def documented_spec() -> type[BaseModel]:
+    """`StudySpec` as the docs describe it: every registered kind's section a field of its own.
+
+    A spec keeps a kind's section aside (`sweep.spec.sections`); for the schema and the
+    reference each becomes an optional field where it stands (``scaling``, ``search.pbt``),
+    after the fields of the section holding it, and no other key is allowed.
+    """
+    sections = section_models()
+    closed = ConfigDict(extra="forbid", frozen=True)
+
+    def with_sections(model: type[BaseModel], prefix: tuple[str, ...],
+                      **extra: Any) -> type[BaseModel]:
+        fields = {path[-1]: (section | None, None) for path, section in sections.items()
+                  if path[:-1] == prefix}
+        base = type(model.__name__, (model,), {"model_config": closed, "__doc__": model.__doc__})
+        return create_model(model.__name__, __base__=base, __doc__=model.__doc__,
+                            **extra, **fields)
+
+    search = with_sections(SearchSpec, ("search",))
+    return with_sections(StudySpec, (), search=(search, Field(default_factory=search)))
+
+
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a study spec, as a YAML language server reads it."""
-    schema = _any_of_for_open_unions(StudySpec.model_json_schema())
+    schema = _any_of_for_open_unions(documented_spec().model_json_schema())
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema,
               "title": SCHEMA_TITLE}
     props = schema["properties"]
@@ -252,7 +275,7 @@ def _section_table(model: type[BaseModel]) -> list[str]:
             default = _default_text(info.default_factory())
         else:
             default = _default_text(info.default)
-        kind = "corpus URI, or section" if model is StudySpec and name == "data" else \
+        kind = "corpus URI, or section" if issubclass(model, StudySpec) and name == "data" else \
             _type_text(info.annotation)
         rows.append(f"| `{info.alias or name}` | {_cell(kind)} | "
                     f"{_cell(default)} | {_cell(_constraint_text(info))} |")
@@ -289,7 +312,8 @@ def reference_markdown() -> str:
            "`{float: [lo, hi], log: true}`, `{int: [lo, hi], step: k}`, `{choice: [...]}`, "
            "each with an optional `when: {field: [values]}`. A domain's bounds and choices "
            "must obey the field's rule.", ""]
-    for path, model in _sections(StudySpec):
+    spec = documented_spec()
+    for path, model in _sections(spec):
         title = "Top level" if not path else f"`{path}`"
         out += [f"## {title}", "", _doc(model), "", *_section_table(model), ""]
         if not path:

@@ -29,7 +29,7 @@ _EXPORTS = {
     "evaluate": "trial",
     "finish_study": "summary",
     "format_params": "progress",
-    "objective_values": "trial",
+    "objective_values": "policy",
     "open_trial": "trial",
     "run_study": "driver",
     "train_trial": "trial",

@@ -24,6 +24,7 @@ from typing import Any
 from sweep import tracking
 from sweep.data import Corpus
 from sweep.executors import get_executor
+from sweep.kinds import KindRun, Prepared
 from sweep.schema import METRIC_BEST_VAL_LOSS
 from sweep.space import SpaceSummary
 from sweep.spec import StudySpec, spec_hash
@@ -36,9 +37,7 @@ from sweep.study.resume import (
     interrupt_signals,
     reconcile,
 )
-from sweep.study.scaling import layout_notes, run_scaling
 from sweep.study.summary import finish_study
-from sweep.study.transfer import run_transfer
 from sweep.study.trial import StudyContext
 from sweep.tracking import StudyTracker
 from sweep.tracking.buffer import BUFFER_DIR, buffered_runs
@@ -124,16 +123,11 @@ def run_study(
     # when the study is refused before it starts.
     created = next((p for p in reversed([out, *out.parents]) if not p.exists()), None)
     corpus, space_summary = preflight(spec, out, device=device, ray_address=ray_address)
-    prior = None  # a scaling study's grid as its prior lays it out
-    if spec.scaling is not None:
-        from sweep.space import grid
-
-        prior = grid.layout(spec, corpus_train_tokens=len(corpus.train), device=device)
-        problems = grid.layout_problems(prior)
-        if problems:
-            if created is not None:
-                shutil.rmtree(created, ignore_errors=True)
-            raise PreflightError("; ".join(problems))
+    prepared = spec.kind.prepare(spec, corpus_train_tokens=len(corpus.train), device=device)
+    if prepared.problems:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise PreflightError("; ".join(prepared.problems))
     with contextlib.ExitStack() as stack:
         if spec.search.executor == "ray":
             try:
@@ -143,7 +137,7 @@ def run_study(
                     shutil.rmtree(created, ignore_errors=True)
                 raise
         return _run(spec, out, corpus, space_summary, quiet=quiet, ray_address=ray_address,
-                    device=device, console=console, prior=prior,
+                    device=device, console=console, prepared=prepared,
                     progress_every_s=progress_every_s, command=command)
 
 
@@ -249,20 +243,24 @@ def _printer(console: Any):
     return lambda line: console.print(line, highlight=False, soft_wrap=True)
 
 
-def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary, *,
-         quiet: bool, ray_address: str | None, device: str | None,
-         console: Any, prior: list | None = None,
-         progress_every_s: float = DEFAULT_PROGRESS_EVERY_S,
-         command: str | None = None) -> StudySummary:
-    uri = spec.tracking_uri(out)
+def _stored_spec(spec: StudySpec) -> dict[str, Any]:
+    """The spec as the parent run stores it: no passwords of storage or tracking URLs."""
     plain = spec.to_data()
-    # The stored spec (parent run's spec.yaml) keeps no passwords of storage or tracking URLs.
     if plain["search"].get("storage"):
         plain["search"]["storage"] = tracking.shown_uri(plain["search"]["storage"])
     if plain.get("tracking", {}).get("uri"):
         plain["tracking"]["uri"] = tracking.shown_uri(plain["tracking"]["uri"])
+    return plain
+
+
+def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary, *,
+         quiet: bool, ray_address: str | None, device: str | None,
+         console: Any, prepared: Prepared,
+         progress_every_s: float = DEFAULT_PROGRESS_EVERY_S,
+         command: str | None = None) -> StudySummary:
+    uri = spec.tracking_uri(out)
     executor = get_executor(spec.search.executor)
-    tracker = StudyTracker.start(uri, spec.tracking.experiment, plain,
+    tracker = StudyTracker.start(uri, spec.tracking.experiment, _stored_spec(spec),
                                  executor=spec.search.executor, algorithm=algorithm_name(spec),
                                  resume=True, spec_hash=spec_hash(spec), command=command)
     with tracker:
@@ -272,73 +270,85 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
                                               buffer_dir=str(out / BUFFER_DIR))
         ctx = StudyContext(spec, out, tracker.context, device=device, summary=space_summary,
                            _corpus=[corpus])
-        total, notes = spec.search.n_trials, []
-        if prior is not None:  # the progress total (re-centring may change it a little)
-            total = sum(len(b.points) for b in prior)
-        if spec.transfer is not None:
-            from sweep.space.transfer import points
-
-            total = len(points(spec))
-        say = _printer(console)
-        study, stopped = None, None
-        names = list(spec.search.objectives) if len(spec.search.objectives) > 1 else None
-        data_section = spec.data.model_dump(mode="json", exclude_none=True)
-        # One signal stops the study; more, while it records the stop, are ignored.
-        with interrupt_signals() as received:
-            try:
-                with ProgressView(spec.name, total, quiet=quiet, console=console,
-                                  progress_every_s=progress_every_s) as view:
-                    if spec.search.executor != "optuna":  # the Optuna executor reconciles
-                        _say_reconciled(reconcile(ctx), view.note)
-
-                    def attempt():
-                        if spec.transfer is not None:
-                            found = run_transfer(executor, ctx, view, address=ray_address,
-                                                 say=None if quiet else say), []
-                        elif spec.scaling is None:
-                            found = executor.run(ctx, total, view, address=ray_address), []
-                        else:
-                            study, layouts = run_scaling(
-                                executor, ctx, view, address=ray_address,
-                                corpus_train_tokens=len(corpus.train), client=tracker.client,
-                                say=None if quiet else say)
-                            found = study, layout_notes(layouts)
-                        _sync(ctx)  # the last trials' buffered writes, before the summary
-                        return found
-
-                    study, notes = _with_fault_retries(attempt, spec.search.fault_wait_s,
-                                                       _printer(None))  # stderr, if quiet
-            except KeyboardInterrupt:
-                name = received.name or "SIGINT"
-                stopped = StudyInterrupted(f"interrupted by {name}",
-                                           exit_code=143 if name == "SIGTERM" else 130)
-            except StudyInterrupted as exc:
-                stopped = exc
-                received.name = received.name or "stop"  # ignore signals while recording it
-            if stopped is not None:
-                _reconcile_after_stop(executor, ctx)
-                try:
-                    result = finish_study(tracker, study, objective_names=names,
-                                          interrupted=str(stopped), data=data_section)
-                    counts = {k: v for k, v in result["counts"].items() if v}
-                except Exception:  # noqa: BLE001 (the store failed: the resume records it)
-                    tracker.finished = True
-                    counts = "not recorded: the tracking store did not answer"
-                kept = buffered_runs(out / BUFFER_DIR)
-                waiting = (f"; {len(kept)} trial run(s) kept in {out / BUFFER_DIR} until the "
-                           f"tracking store answers (`sweep sync {out}` sends them)"
-                           if kept else "")
-                stopped.args = (f"study {spec.name}: {stopped}; trials so far: "
-                                f"{counts or 'none'}{waiting}; run the same command again to "
-                                f"resume (output folder {out})",)
-                raise stopped
-            # Every trial has ended: a signal now would only cut the summary short and leave
-            # the parent RUNNING, so the summary is finished first (signals are ignored).
-            received.name = HOLD
-            result = finish_study(tracker, study, objective_names=names, data=data_section)
+        total = prepared.total if prepared.total is not None else spec.search.n_trials
+        job = KindRun(executor, ctx, None, address=ray_address, prepared=prepared,
+                      say=None if quiet else _printer(console))
+        view = ProgressView(spec.name, total, quiet=quiet, console=console,
+                            progress_every_s=progress_every_s)
+        study, notes = _drive(job, view, tracker, out)
     return StudySummary(
         name=spec.name, out_dir=out, tracking_uri=uri, parent_run_id=tracker.parent_run_id,
-        state=result["state"], counts=result["counts"], best_val_loss=result[METRIC_BEST_VAL_LOSS],
-        best_trial=result["best_trial"], baseline_unigram_loss=corpus.baseline_unigram_loss,
+        state=study["state"], counts=study["counts"], best_val_loss=study[METRIC_BEST_VAL_LOSS],
+        best_trial=study["best_trial"], baseline_unigram_loss=corpus.baseline_unigram_loss,
         notes=notes,
     )
+
+
+def _drive(job: KindRun, view: ProgressView, tracker: StudyTracker,
+           out: Path) -> tuple[dict[str, Any], list[str]]:
+    """Run the kind's trials in ``view`` under the study's signal handlers, then summarise them.
+
+    Returns:
+        `finish_study`'s summary and the kind's notes.
+
+    Raises:
+        StudyInterrupted: A signal, workers that kept dying, or a lasting fault stopped it;
+            its message says what was recorded and how to resume.
+    """
+    ctx, spec = job.ctx, job.ctx.spec
+    names = list(spec.search.objectives) if len(spec.search.objectives) > 1 else None
+    data_section = spec.data.model_dump(mode="json", exclude_none=True)
+    study, notes, stopped = None, [], None
+    # One signal stops the study; more, while it records the stop, are ignored.
+    with interrupt_signals() as received:
+        try:
+            with view:
+                job.view = view
+                if spec.search.executor != "optuna":  # the Optuna executor reconciles
+                    _say_reconciled(reconcile(ctx), view.note)
+
+                def attempt() -> tuple[Any, list[str]]:
+                    found = spec.kind.run(job)
+                    _sync(ctx)  # the last trials' buffered writes, before the summary
+                    return found
+
+                study, notes = _with_fault_retries(attempt, spec.search.fault_wait_s,
+                                                   _printer(None))  # stderr, if quiet
+        except KeyboardInterrupt:
+            name = received.name or "SIGINT"
+            stopped = StudyInterrupted(f"interrupted by {name}",
+                                       exit_code=143 if name == "SIGTERM" else 130)
+        except StudyInterrupted as exc:
+            stopped = exc
+            received.name = received.name or "stop"  # ignore signals while recording it
+        if stopped is not None:
+            _record_stop(job, tracker, out, study, stopped, names, data_section)
+        # Every trial has ended: a signal now would only cut the summary short and leave
+        # the parent RUNNING, so the summary is finished first (signals are ignored).
+        received.name = HOLD
+        return finish_study(tracker, study, objective_names=names, data=data_section), notes
+
+
+def _record_stop(job: KindRun, tracker: StudyTracker, out: Path, study: Any,
+                 stopped: StudyInterrupted, names: list[str] | None,
+                 data_section: dict[str, Any]) -> None:
+    """End what a stop left running, summarise the trials so far, and raise ``stopped``.
+
+    Raises:
+        StudyInterrupted: ``stopped``, its message naming the trials so far and how to resume.
+    """
+    spec = job.ctx.spec
+    _reconcile_after_stop(job.executor, job.ctx)
+    try:
+        result = finish_study(tracker, study, objective_names=names,
+                              interrupted=str(stopped), data=data_section)
+        counts: Any = {k: v for k, v in result["counts"].items() if v}
+    except Exception:  # noqa: BLE001 (the store failed: the resume records it)
+        tracker.finished = True
+        counts = "not recorded: the tracking store did not answer"
+    kept = buffered_runs(out / BUFFER_DIR)
+    waiting = (f"; {len(kept)} trial run(s) kept in {out / BUFFER_DIR} until the "
+               f"tracking store answers (`sweep sync {out}` sends them)" if kept else "")
+    stopped.args = (f"study {spec.name}: {stopped}; trials so far: {counts or 'none'}{waiting}; "
+                    f"run the same command again to resume (output folder {out})",)
+    raise stopped

@@ -477,26 +477,18 @@ def check_disk(spec: StudySpec, out: Path, summary: Any) -> None:
     """Refuse a study whose output folder's disk cannot hold what it will write.
 
     The need is `STORE_RESERVE_BYTES` plus the checkpoints the study keeps at once, from the
-    cost model's largest parameter count (`checkpoint_bytes`): two per PBT member
-    (``search.population_size``), one per shape of a scaling study with
-    ``scaling.branches``, and with ``search.checkpoint_interval`` two per trial running at once
-    (``search.parallel``; the file and its replacement while it is written), plus one an
-    interrupted trial leaves for its retry.
+    cost model's largest parameter count (`checkpoint_bytes`): the kind's own
+    (`sweep.kinds.StudyKind.disk_needs`: two per PBT member, one per shape of a scaling study
+    with ``scaling.branches``), and with ``search.checkpoint_interval`` two per trial running
+    at once (``search.parallel``; the file and its replacement while it is written), plus one
+    an interrupted trial leaves for its retry.
 
     Raises:
         PreflightError: The disk under ``out`` has less free space, naming both figures.
     """
     largest = (summary.cost or {}).get(METRIC_N_PARAMS) or [0, 0]
     parts = {"store and artifacts": float(STORE_RESERVE_BYTES)}
-    if spec.search.scheduler == "pbt":
-        members = spec.search.population_size or 4
-        parts[f"{2 * members} PBT checkpoints"] = 2 * members * checkpoint_bytes(largest[1])
-    if spec.scaling is not None and spec.scaling.branches:
-        from sweep.space import grid
-
-        shapes = grid.candidates(spec)
-        parts[f"{len(shapes)} WSD trunk checkpoints"] = sum(
-            checkpoint_bytes(c.n_params) for c in shapes)
+    parts.update(spec.kind.disk_needs(spec, largest[1]))
     if spec.search.checkpoint_interval:
         n = 2 * spec.search.parallel + 1
         parts[f"{n} trial checkpoints"] = n * checkpoint_bytes(largest[1])

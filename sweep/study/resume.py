@@ -28,31 +28,10 @@ import contextlib
 import logging
 import signal
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlflow import MlflowClient
-from mlflow.entities import RunStatus
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-
-from sweep.schema import (
-    ATTR_HEARTBEAT,
-    ATTR_OWNER,
-    ATTR_REASON,
-    ATTR_RETRY_OF,
-    ATTR_RUN_ID,
-    ATTR_STATE,
-    METRIC_BEST_VAL_LOSS,
-    METRIC_VAL_LOSS,
-    TAG_HEARTBEAT,
-    TAG_OWNER,
-    TAG_TRIAL_NUMBER,
-    TrialState,
-)
 from sweep.tracking.owner import owner_alive
-from sweep.tracking.reader import read_trials
-from sweep.tracking.trial_run import TrialRun
 
 log = logging.getLogger(__name__)
 
@@ -158,22 +137,24 @@ class Reconciled:
     synced: list[str] = field(default_factory=list)
 
 
-def _reason(owner: str | None) -> str:
+def dead_owner(owner: str | None) -> str:
+    """The reason a trial of a process that is gone ends ``INTERRUPTED``."""
     return f"interrupted: its process ({owner or 'unknown'}) is gone"
 
 
-def reconcile(ctx: Any, study: Any = None, *, retry: bool | None = None,
-              assume_dead: str | None = None) -> Reconciled:
-    """Mark trials whose process died ``INTERRUPTED``, queue them again, end their runs.
+def reconcile(ctx: Any, trials: Any = None, *, assume_dead: str | None = None) -> Reconciled:
+    """Mark trials whose process died ``INTERRUPTED`` and end their runs.
 
     First the trial writes buffered while the tracking store did not answer are sent
     (`sweep.tracking.TrialContext.sync_buffers`), so a trial that ended meanwhile is seen as
-    finished.
+    finished. Then ``trials(done)`` reconciles the executor's own record of its trials (the
+    Optuna executor's storage: marked, adopted, queued again) and returns the numbers it
+    knows to be running; without it (Ray) each run is judged by its own owner and heartbeat.
+    Last, the runs still ``RUNNING`` whose trials are not end ``INTERRUPTED``.
 
     Args:
         ctx: The study context (`sweep.study.trial.StudyContext`).
-        study: The Optuna study (Optuna executor), or None (Ray: MLflow runs only).
-        retry: Queue interrupted trials again; default ``search.retry_interrupted``.
+        trials: The executor's reconcile of its own trials, or None.
         assume_dead: An owner (`sweep.tracking.owner.current_owner`) known to run no trial now,
             e.g. the calling process between two attempts.
 
@@ -184,7 +165,6 @@ def reconcile(ctx: Any, study: Any = None, *, retry: bool | None = None,
         Exception: The store's error when buffered writes cannot be sent (an infrastructure
             fault: the driver waits and tries again).
     """
-    retry = ctx.spec.search.retry_interrupted if retry is None else retry
     done = Reconciled()
     # Writes kept while the store did not answer go first: a trial they end is finished.
     synced = ctx.tracking.sync_buffers()
@@ -193,108 +173,9 @@ def reconcile(ctx: Any, study: Any = None, *, retry: bool | None = None,
     for run_id, reason in synced.rejected:
         log.warning("buffered writes of run %s not sent: %s", run_id, reason)
     done.synced = synced.runs
-    alive: set[int] | None = None
-    if study is not None:
-        alive = _reconcile_optuna(study, done, ctx.tracking, retry=retry,
-                                  objectives=list(ctx.spec.search.objectives),
-                                  assume_dead=assume_dead)
+    alive = trials(done) if trials is not None else None
     reconcile_runs(ctx.tracking, alive=alive, done=done, assume_dead=assume_dead)
     return done
-
-
-def _adopt(study: Any, t: Any, run: dict[str, Any], objectives: list[str]) -> None:
-    """Tell Optuna the result an ended run recorded for trial ``t``.
-
-    As the objective would have: a complete trial its objective values (``best_val_loss`` for
-    ``val_loss``, the cost metrics for the others), a pruned or infeasible one ``PRUNED``, a
-    diverged or failed one ``FAIL``.
-    """
-    from optuna.trial import TrialState as OptunaState
-
-    storage, state, metrics = study._storage, run["state"], run["metrics"]
-    storage.set_trial_user_attr(t._trial_id, ATTR_STATE, state.value)
-    storage.set_trial_user_attr(t._trial_id, ATTR_RUN_ID, run["run_id"])
-    if run.get("fail_reason"):
-        storage.set_trial_user_attr(t._trial_id, ATTR_REASON, run["fail_reason"][:500])
-    values = [metrics.get(METRIC_BEST_VAL_LOSS if name == METRIC_VAL_LOSS else name)
-              for name in objectives]
-    if state is TrialState.COMPLETE and all(isinstance(v, float) for v in values):
-        storage.set_trial_state_values(t._trial_id, OptunaState.COMPLETE, values)
-        return
-    pruned = state in (TrialState.PRUNED, TrialState.INFEASIBLE)
-    storage.set_trial_state_values(t._trial_id,
-                                   OptunaState.PRUNED if pruned else OptunaState.FAIL)
-
-
-def _reconcile_optuna(study: Any, done: Reconciled, tracking: Any, *, retry: bool,
-                      objectives: list[str], assume_dead: str | None = None) -> set[int]:
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState as OptunaState
-
-    storage = study._storage  # user attrs of a trial this process does not run
-    alive = set()
-    runs = None
-    trials = study.get_trials(deepcopy=False)
-    for t in trials:
-        if t.state != OptunaState.RUNNING:
-            continue
-        owner = t.user_attrs.get(ATTR_OWNER)
-        if owner is None:
-            # The objective records its owner first thing: a trial without one is a process's
-            # for milliseconds, so wait out OWNERLESS_S from its start, then it is dead.
-            started = t.datetime_start.timestamp() if t.datetime_start else 0.0
-            time.sleep(max(0.0, min(OWNERLESS_S, started + OWNERLESS_S - time.time())))
-            t = study._storage.get_trial(t._trial_id)
-            if t.state != OptunaState.RUNNING:
-                continue
-            owner = t.user_attrs.get(ATTR_OWNER)
-        beat = t.user_attrs.get(ATTR_HEARTBEAT)
-        if beat is None and t.datetime_start is not None:
-            beat = t.datetime_start.timestamp()
-        if owner is None or owner == assume_dead:
-            pass  # dead: see above
-        elif owner_alive(owner, beat) is not False:
-            alive.add(t.number)
-            continue
-        if runs is None:
-            runs = {r["trial"]: r for r in read_trials(tracking.tracking_uri,
-                                                       tracking.experiment_id,
-                                                       tracking.parent_run_id)}
-        ended = runs.get(t.number)
-        if ended is not None and ended["state"].finished:
-            # Killed after its run ended, before Optuna heard: Optuna takes the run's result.
-            _adopt(study, t, ended, objectives)
-            done.adopted.append(t.number)
-            continue
-        try:
-            storage.set_trial_user_attr(t._trial_id, ATTR_STATE, TrialState.INTERRUPTED.value)
-            storage.set_trial_user_attr(t._trial_id, ATTR_REASON, _reason(owner))
-            storage.set_trial_state_values(t._trial_id, OptunaState.FAIL)
-        except UpdateFinishedTrialError:  # it finished meanwhile
-            continue
-        done.interrupted.append(t.number)
-        if ended is None:  # stopped before its run was opened: record it in MLflow too
-            with tracking.start_trial(t.number, {k: v for k, v in t.params.items()},
-                                     retry_of=t.user_attrs.get(ATTR_RETRY_OF)) as run:
-                run.end(TrialState.INTERRUPTED, fail_reason=_reason(owner))
-    done.running = sorted(alive)
-    if retry:
-        trials = study.get_trials(deepcopy=False)
-        previous = {t.number: t.user_attrs.get(ATTR_RETRY_OF) for t in trials}
-        retried = set(previous.values())
-        for t in trials:
-            if (t.state == OptunaState.FAIL and t.number not in retried
-                    and t.user_attrs.get(ATTR_STATE) == TrialState.INTERRUPTED.value):
-                attempts, back = 1, previous.get(t.number)
-                while back is not None and attempts <= MAX_RETRIES:
-                    attempts, back = attempts + 1, previous.get(back)
-                if attempts > MAX_RETRIES:  # interrupted every time: its point is given up
-                    continue
-                # (a retry dropped before it started has its params only as fixed params)
-                params = dict(t.params) or dict(t.system_attrs.get("fixed_params", {}))
-                study.enqueue_trial(params, user_attrs={ATTR_RETRY_OF: t.number})
-                done.retried.append(t.number)
-    return alive
 
 
 def reconcile_runs(tracking: Any, *, alive: set[int] | None = None,
@@ -313,29 +194,16 @@ def reconcile_runs(tracking: Any, *, alive: set[int] | None = None,
         The `Reconciled` summary.
     """
     done = done or Reconciled()
-    client = MlflowClient(tracking.tracking_uri)
-    running = RunStatus.to_string(RunStatus.RUNNING)
-    runs = client.search_runs(
-        [tracking.experiment_id],
-        filter_string=(f"tags.{MLFLOW_PARENT_RUN_ID} = '{tracking.parent_run_id}' "
-                       f"and attributes.status = '{running}'"),
-        max_results=10_000)
-    for run in runs:
-        tags = run.data.tags
-        number = int(tags.get(TAG_TRIAL_NUMBER, -1))
-        owner = tags.get(TAG_OWNER)
+    ended = []
+    for run in tracking.running_trials():
         if alive is not None:
-            if number in alive:
+            if run.number in alive:
                 continue
-        else:
-            beat = tags.get(TAG_HEARTBEAT)
-            beat = float(beat) if beat else run.info.start_time / 1000
-            if owner != assume_dead and owner_alive(owner, beat) is not False:
-                done.running.append(number)
-                continue
-        TrialRun(client, run.info.run_id, number).end(TrialState.INTERRUPTED,
-                                                     fail_reason=_reason(owner))
-        done.runs_ended.append(run.info.run_id)
-        if alive is None:
-            done.interrupted.append(number)
+        elif run.owner != assume_dead and owner_alive(run.owner, run.heartbeat) is not False:
+            done.running.append(run.number)
+            continue
+        ended.append(run)
+    done.runs_ended += tracking.end_interrupted(ended, lambda run: dead_owner(run.owner))
+    if alive is None:
+        done.interrupted += [run.number for run in ended]
     return done

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,15 +26,8 @@ from typing import Any
 from sweep import space
 from sweep.data import Corpus, load_corpus
 from sweep.schema import (
-    METRIC_BRANCH_TOKENS,
-    METRIC_BUDGET_FLOPS,
-    METRIC_N_PARAMS,
-    METRIC_N_TOKENS,
+    METRIC_BEST_VAL_LOSS,
     METRIC_RESUMED_TOKENS,
-    METRIC_TOKENS_PER_PARAM,
-    METRIC_VAL_LOSS,
-    TAG_BRANCH_FROM,
-    TAG_BRANCH_NOTE,
     TAG_CHECKPOINT_NOTE,
     TAG_RESUMED_FROM,
     TrialState,
@@ -41,7 +35,6 @@ from sweep.schema import (
     run_name,
 )
 from sweep.space import SpaceSummary
-from sweep.space.grid import SCALING_POINT, Shape, point_label
 from sweep.spec import StudySpec
 from sweep.tracking import TrialContext, TrialRun
 from sweep.tracking.faults import InfrastructureError, infrastructure_fault
@@ -55,7 +48,7 @@ BRANCHES_DIR = "branches"
 CHECKPOINTS_DIR = "checkpoints"
 
 __all__ = ["BRANCHES_DIR", "CHECKPOINTS_DIR", "OpenTrial", "StudyContext", "TrialOutcome",
-           "evaluate", "objective_values", "open_trial", "train_trial"]
+           "evaluate", "open_trial", "train_trial"]
 
 
 @dataclass(frozen=True)
@@ -122,6 +115,10 @@ class TrialOutcome:
     constraints: list[float] | None = None
     tokens: int = 0
 
+    def metrics(self) -> dict[str, float]:
+        """Its ``best_val_loss`` and cost metrics by name (`sweep.study.policy.told`)."""
+        return {**self.cost, METRIC_BEST_VAL_LOSS: self.best_val_loss}
+
 
 @dataclass
 class OpenTrial:
@@ -182,6 +179,7 @@ def open_trial(
     *,
     raw_params: dict[str, Any] | None = None,
     retry_of: int | None = None,
+    heartbeat: Callable[[], None] | None = None,
 ) -> OpenTrial | TrialOutcome:
     """Open trial ``number``'s run and price its config; record it if it cannot train.
 
@@ -197,6 +195,8 @@ def open_trial(
         raw_params: The sampled params, logged when ``configs`` is an error.
         retry_of: The number of the interrupted trial this one retries (tag
             ``sweep.retry_of``), or None.
+        heartbeat: Called with each beat of the run's heartbeat (the executor's own record
+            of the trial's liveness), or None.
 
     Returns:
         An `OpenTrial` to train, or the ``INFEASIBLE`` `TrialOutcome` of an invalid config or
@@ -208,15 +208,17 @@ def open_trial(
             run, if it opened, ends ``INTERRUPTED``).
     """
     with _infrastructure_faults():
-        return _open_trial(ctx, number, configs, raw_params=raw_params, retry_of=retry_of)
+        return _open_trial(ctx, number, configs, raw_params=raw_params, retry_of=retry_of,
+                           heartbeat=heartbeat)
 
 
 def _open_trial(ctx: StudyContext, number: int,
                 configs: tuple[ModelConfig, TrainConfig] | ConfigError, *,
-                raw_params: dict[str, Any] | None, retry_of: int | None
-                ) -> OpenTrial | TrialOutcome:
+                raw_params: dict[str, Any] | None, retry_of: int | None,
+                heartbeat: Callable[[], None] | None) -> OpenTrial | TrialOutcome:
     if isinstance(configs, ConfigError):
-        with ctx.tracking.start_trial(number, raw_params or {}, retry_of=retry_of) as run:
+        with ctx.tracking.start_trial(number, raw_params or {}, retry_of=retry_of,
+                                      heartbeat=heartbeat) as run:
             run.end(TrialState.INFEASIBLE, fail_reason=str(configs))
         return TrialOutcome(number, TrialState.INFEASIBLE, reason=str(configs),
                             run_id=run.run_id)
@@ -224,44 +226,24 @@ def _open_trial(ctx: StudyContext, number: int,
     with contextlib.ExitStack() as owner:
         run = owner.enter_context(
             ctx.tracking.start_trial(number, {"model": model.to_dict(), "train": train.to_dict()},
-                                     retry_of=retry_of))
+                                     retry_of=retry_of, heartbeat=heartbeat))
         device = ctx.device or train.device
         ok, reason, estimate = space.check_constraints(ctx.spec, model, train, device=device)
         cost = cost_metrics(estimate)
         run.log_costs(cost)
-        if ctx.spec.scaling is not None:
-            run.log_costs(scaling_metrics(model, train, cost[METRIC_N_PARAMS]))
-            run.log_params({f"scaling.{k}": v for k, v in _rule_parameters(ctx.spec).items()}
-                           | {SCALING_POINT: point_label(train.flops, Shape(
-                               model.d_model, model.n_layers, model.n_heads, model.d_ff))})
+        metrics, params = ctx.spec.kind.trial_records(ctx.spec, model, train, cost)
+        if metrics:
+            run.log_costs(metrics)
+        if params:
+            run.log_params(params)
         constraints = space.constraint_values(
-            ctx.spec, estimate, memory_limit_bytes=space.memory_limit_bytes(ctx.spec, device))
+            ctx.spec, cost, memory_limit_bytes=space.memory_limit_bytes(ctx.spec, device))
         if not ok:
             run.end(TrialState.INFEASIBLE, fail_reason=reason)
             return TrialOutcome(number, TrialState.INFEASIBLE, reason=reason, cost=cost,
                                 run_id=run.run_id, constraints=constraints)
         owner.pop_all()  # the caller ends the run from here on
     return OpenTrial(number, run, model, train, cost, constraints, retry_of)
-
-
-def scaling_metrics(model: ModelConfig, train: TrainConfig, n_params: float) -> dict[str, float]:
-    """A scaling trial's ``budget_flops`` (C), ``n_tokens`` (D) and ``tokens_per_param`` (D/N).
-
-    D is the tokens the trial trains: whole optimizer steps of C / FLOPs per token
-    (`sweep.train.config.resolve_budget`).
-    """
-    from sweep.train.config import resolve_budget
-
-    tokens = resolve_budget(train, model).total_tokens
-    return {METRIC_BUDGET_FLOPS: float(train.flops), METRIC_N_TOKENS: float(tokens),
-            METRIC_TOKENS_PER_PARAM: tokens / n_params}
-
-
-def _rule_parameters(spec: StudySpec) -> dict[str, Any]:
-    sc = spec.scaling
-    if sc.rule is not None:
-        return sc.rule.parameters()
-    return {"ladder": len(sc.ladder)}
 
 
 def train_trial(ctx: StudyContext, trial: OpenTrial,
@@ -275,31 +257,15 @@ def train_trial(ctx: StudyContext, trial: OpenTrial,
     """
     with _infrastructure_faults(), trial.run as run:
         tee = _Tee(run, reporter or NullReporter())
-        if ctx.spec.scaling is not None and ctx.spec.scaling.branches:
-            result = _train_branch(ctx, trial, run, tee)
-        elif ctx.spec.search.checkpoint_interval:
+        result = ctx.spec.kind.train(ctx, trial, run, tee)  # the kind's own way, if it has one
+        if result is None and ctx.spec.search.checkpoint_interval:
             result = _train_checkpointed(ctx, trial, run, tee)
-        else:
+        elif result is None:
             trainer = Trainer(trial.model, trial.train, ctx.corpus(), device=ctx.device)
             result = trainer.train(tee)
         run.log_result(result)
     return TrialOutcome(trial.number, result.state, result.best_val_loss, result.fail_reason,
                         trial.cost, run.run_id, trial.constraints, result.tokens)
-
-
-def _train_branch(ctx: StudyContext, trial: OpenTrial, run: TrialRun, tee: _Tee) -> Any:
-    """Train a WSD grid point from its shape's stable-phase trunk (`sweep.train.branches`)."""
-    from sweep.train.branches import train_branch
-
-    result, info = train_branch(
-        lambda: Trainer(trial.model, trial.train, ctx.corpus(), device=ctx.device), tee,
-        ctx.out_dir / BRANCHES_DIR, meta={"run_id": run.run_id, "trial": trial.number})
-    run.log_metrics({METRIC_BRANCH_TOKENS: info.reused_tokens})
-    tags = {TAG_BRANCH_FROM: info.source["run_id"]} if "run_id" in info.source else {}
-    if info.notes:
-        tags[TAG_BRANCH_NOTE] = "; ".join(info.notes)
-    run.set_tags(tags)
-    return result
 
 
 def _train_checkpointed(ctx: StudyContext, trial: OpenTrial, run: TrialRun, tee: _Tee) -> Any:
@@ -342,6 +308,7 @@ def evaluate(
     *,
     raw_params: dict[str, Any] | None = None,
     retry_of: int | None = None,
+    heartbeat: Callable[[], None] | None = None,
 ) -> TrialOutcome:
     """Run trial ``number`` end to end (`open_trial`, then `train_trial`) and record it.
 
@@ -352,21 +319,14 @@ def evaluate(
         reporter: The executor's reporter (pruning); `NullReporter` if None.
         raw_params: The sampled params, logged when ``configs`` is an error.
         retry_of: The number of the interrupted trial this one retries, or None.
+        heartbeat: Called with each beat of the run's heartbeat, or None.
 
     Returns:
         The trial's `TrialOutcome`. Exceptions inside training end the run ``FAILED`` and are
         re-raised.
     """
-    opened = open_trial(ctx, number, configs, raw_params=raw_params, retry_of=retry_of)
+    opened = open_trial(ctx, number, configs, raw_params=raw_params, retry_of=retry_of,
+                        heartbeat=heartbeat)
     if isinstance(opened, TrialOutcome):
         return opened
     return train_trial(ctx, opened, reporter)
-
-
-def objective_values(spec: StudySpec, outcome: TrialOutcome) -> list[float]:
-    """The values of the spec's objectives for a trial, in ``search.objectives`` order.
-
-    ``val_loss`` is the best val loss; the cost objectives come from the cost model.
-    """
-    return [outcome.best_val_loss if name == METRIC_VAL_LOSS
-            else float(outcome.cost.get(name, math.nan)) for name in spec.search.objectives]

@@ -11,6 +11,7 @@ from sweep.tracking.reader import (
     find_study,
     find_trial_run,
     list_studies,
+    mutated_params,
     read_trials,
     val_loss_histories,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "find_study",
     "find_trial_run",
     "list_studies",
+    "mutated_params",
     "read_trials",
     "shown_uri",
     "val_loss_histories",

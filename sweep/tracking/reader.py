@@ -6,7 +6,7 @@ Which studies a store holds, a study's trial runs, their val-loss curves, one tr
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
@@ -22,8 +22,11 @@ from sweep.schema import (
     TAG_TRIAL_NUMBER,
     TrialState,
     decode_param,
+    mutation_key,
 )
-from sweep.tracking.trial_run import TrialContext
+
+if TYPE_CHECKING:
+    from sweep.tracking.trial_run import TrialContext
 
 
 def latest_parent(client: MlflowClient, experiment_id: str) -> Any:
@@ -115,3 +118,19 @@ def find_trial_run(tracking: TrialContext, number: int) -> str | None:
                        f"tags.`{TAG_TRIAL_NUMBER}` = '{number}'"),
         order_by=["attributes.start_time DESC"], max_results=1)
     return runs[0].info.run_id if runs else None
+
+
+def mutated_params(tracking_uri: str, run_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``run_id -> {param: latest value}`` of the params changed during training.
+
+    Those population-based training changed (tags ``pbt.<param>``,
+    `sweep.tracking.TrialRun.log_mutation`); a run that changed none maps to an empty dict.
+    """
+    client = MlflowClient(tracking_uri)
+    prefix, out = mutation_key(""), {}
+    for run_id in run_ids:
+        tags = client.get_run(run_id).data.tags
+        out[run_id] = {k[len(prefix):]: decode_param(v) for k, v in tags.items()
+                       if k.startswith(prefix)
+                       and k[len(prefix):].startswith(("model.", "train."))}
+    return out

@@ -18,7 +18,7 @@ import math
 import os
 import time
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +74,18 @@ def _chunks(items: list, size: int) -> Iterable[list]:
         yield items[start : start + size]
 
 
+def _each(beats: list[Callable[[], None]]) -> None:
+    """Call every beat; the first error is raised after all were called."""
+    error = None
+    for beat in beats:
+        try:
+            beat()
+        except Exception as exc:  # noqa: BLE001 (the others still beat)
+            error = error or exc
+    if error is not None:
+        raise error
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -124,10 +136,16 @@ class TrialRun:
         else:
             self.client.set_tag(self.run_id, TAG_HEARTBEAT, value)
 
-    def start_heartbeat(self) -> None:
-        """Rewrite the heartbeat in a daemon thread until the run ends or is detached."""
+    def start_heartbeat(self, also: Callable[[], None] | None = None) -> None:
+        """Rewrite the heartbeat in a daemon thread until the run ends or is detached.
+
+        Args:
+            also: Called at each beat too (the executor's record of the trial's liveness), so
+                a trial keeps one heartbeat thread; a beat that fails does not stop the other.
+        """
         if self._heartbeat is None:
-            self._heartbeat = Heartbeat(self.beat).start()
+            beats = [self.beat] if also is None else [self.beat, also]
+            self._heartbeat = Heartbeat(lambda: _each(beats)).start()
 
     def _stop_heartbeat(self) -> None:
         if self._heartbeat is not None:
@@ -326,6 +344,23 @@ class TrialRun:
 
 
 @dataclass(frozen=True)
+class RunningTrial:
+    """A trial run MLflow holds as ``RUNNING``.
+
+    Attributes:
+        number: Its trial number.
+        run_id: Its run.
+        owner: The process that runs it (tag ``sweep.owner``), or None.
+        heartbeat: Its last heartbeat (Unix seconds), else its start time.
+    """
+
+    number: int
+    run_id: str
+    owner: str | None
+    heartbeat: float
+
+
+@dataclass(frozen=True)
 class TrialContext:
     """Everything a trial worker needs to log its run; picklable (three strings).
 
@@ -361,7 +396,8 @@ class TrialContext:
         return sync_folder(self.buffer_dir, lambda header: client)
 
     def start_trial(self, number: int, params: Mapping[str, Any] | None = None, *,
-                    retry_of: int | None = None) -> TrialRun:
+                    retry_of: int | None = None,
+                    heartbeat: Callable[[], None] | None = None) -> TrialRun:
         """Create child run ``trial-<number>`` and log ``params``; use it as a context manager.
 
         The run records its owner (tag ``sweep.owner``, `sweep.tracking.owner.current_owner`)
@@ -373,6 +409,7 @@ class TrialContext:
                 dotted keys; see `TrialRun.log_params`.
             retry_of: The number of the interrupted trial this one retries (tag
                 ``sweep.retry_of``).
+            heartbeat: Called at each beat of the run's heartbeat too (`TrialRun.start_heartbeat`).
 
         Raises:
             mlflow.exceptions.MlflowException: If the store rejects the run or a param (the
@@ -389,7 +426,7 @@ class TrialContext:
         }
         run = client.create_run(self.experiment_id, tags=tags, run_name=run_name(number))
         trial = TrialRun(self._client(client, run.info.run_id, number), run.info.run_id, number)
-        trial.start_heartbeat()
+        trial.start_heartbeat(also=heartbeat)
         if params:
             try:
                 trial.log_params(params)
@@ -398,6 +435,51 @@ class TrialContext:
                 trial.end(TrialState.FAILED, fail_reason=reason)
                 raise
         return trial
+
+    def read_trials(self) -> list[dict[str, Any]]:
+        """The study's trial runs (`sweep.tracking.reader.read_trials`)."""
+        from sweep.tracking.reader import read_trials
+
+        return read_trials(self.tracking_uri, self.experiment_id, self.parent_run_id)
+
+    def trial_state(self, run_id: str) -> TrialState:
+        """The state trial run ``run_id`` recorded (tag ``sweep.state``)."""
+        tags = MlflowClient(self.tracking_uri).get_run(run_id).data.tags
+        return TrialState(tags.get(TAG_STATE, TrialState.RUNNING))
+
+    def log_parent_text(self, text: str, artifact: str) -> None:
+        """Save ``text`` as artifact ``artifact`` of the study's parent run."""
+        MlflowClient(self.tracking_uri).log_text(self.parent_run_id, text, artifact)
+
+    def running_trials(self) -> list[RunningTrial]:
+        """The study's trial runs still ``RUNNING`` in MLflow, with their owners and beats."""
+        runs = MlflowClient(self.tracking_uri).search_runs(
+            [self.experiment_id],
+            filter_string=(f"tags.{MLFLOW_PARENT_RUN_ID} = '{self.parent_run_id}' "
+                           f"and attributes.status = '{RunStatus.to_string(RunStatus.RUNNING)}'"),
+            max_results=10_000)
+        out = []
+        for run in runs:
+            tags = run.data.tags
+            beat = tags.get(TAG_HEARTBEAT)
+            out.append(RunningTrial(int(tags.get(TAG_TRIAL_NUMBER, -1)), run.info.run_id,
+                                    tags.get(TAG_OWNER),
+                                    float(beat) if beat else run.info.start_time / 1000))
+        return out
+
+    def end_interrupted(self, trials: Iterable[RunningTrial], reason: Any) -> list[str]:
+        """End each of ``trials`` ``INTERRUPTED``, with ``reason(trial)`` as its reason.
+
+        Returns:
+            The run ids ended.
+        """
+        client = MlflowClient(self.tracking_uri)
+        ended = []
+        for trial in trials:
+            TrialRun(client, trial.run_id, trial.number).end(TrialState.INTERRUPTED,
+                                                            fail_reason=reason(trial))
+            ended.append(trial.run_id)
+        return ended
 
     def attach_trial(self, run_id: str) -> TrialRun:
         """Continue logging to an existing trial run (a trial restored in another process)."""

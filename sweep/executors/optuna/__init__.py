@@ -4,8 +4,9 @@ Trials in this process or ``search.parallel`` worker processes sharing the study
 other machines join with ``sweep worker``.
 """
 
-from sweep.executors.optuna.executor import OptunaReporter, create_study, run, run_worker
+from sweep.executors.optuna.executor import reconcile, run, run_worker
+from sweep.executors.optuna.objective import OptunaReporter, create_study
 from sweep.executors.optuna.storage import StorageError, check_storage, make_storage, study_exists
 
 __all__ = ["OptunaReporter", "StorageError", "check_storage", "create_study", "make_storage",
-           "run", "run_worker", "study_exists"]
+           "reconcile", "run", "run_worker", "study_exists"]

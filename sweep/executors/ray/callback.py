@@ -10,13 +10,12 @@ import contextlib
 import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlflow import MlflowClient
 from ray import tune
 
-from sweep.executors.ray.pbt import member_index
 from sweep.executors.ray.reporting import trial_params
 from sweep.schema import (
     ATTR_REASON,
@@ -26,14 +25,18 @@ from sweep.schema import (
     METRIC_BEST_VAL_LOSS,
     METRIC_TOKENS,
     METRIC_VAL_LOSS,
-    TAG_STATE,
     TrialState,
 )
 from sweep.study.progress import ProgressView, TrialRow
 from sweep.study.trial import StudyContext
 from sweep.tracking import find_trial_run
 
-__all__ = ["StudyCallback", "trial_error"]
+__all__ = ["StudyCallback", "config_number", "trial_error"]
+
+
+def config_number(trial: Any) -> int:
+    """A searched Ray trial's trial number, from its config (`CONFIG_TRIAL_NUMBER`)."""
+    return int(trial.config[CONFIG_TRIAL_NUMBER])
 
 
 def trial_error(trial: Any) -> tuple[str, str | None]:
@@ -78,19 +81,16 @@ class StudyCallback(tune.Callback):
     Args:
         ctx: The study context.
         view: The progress view (not pickled with the experiment).
-        offset: Trial number of the first new trial (PBT members are numbered from it).
+        number: A Ray trial's trial number (picklable: Ray saves the callback); default its
+            config's `sweep.schema.CONFIG_TRIAL_NUMBER`.
     """
 
-    def __init__(self, ctx: StudyContext, view: ProgressView, offset: int) -> None:
-        self.ctx, self.view, self.offset = ctx, view, offset
+    def __init__(self, ctx: StudyContext, view: ProgressView | None,
+                 number: Callable[[Any], int] | None = None) -> None:
+        number = number or config_number
+        self.ctx, self.view, self._number = ctx, view, number
         self.rows: dict[str, TrialRow] = {}
         self._best = math.nan  # best val loss of the run `_end_run` ended last
-
-    def _number(self, trial: Any) -> int:
-        config = trial.config
-        if CONFIG_TRIAL_NUMBER in config:
-            return int(config[CONFIG_TRIAL_NUMBER])
-        return self.offset + member_index(trial.trial_id)
 
     def _row(self, trial: Any) -> TrialRow:
         row = self.rows.get(trial.trial_id)
@@ -157,8 +157,7 @@ class StudyCallback(tune.Callback):
             with self.ctx.tracking.start_trial(number, trial_params(trial.config)) as run:
                 run.end(state, fail_reason=reason, detail=detail)
             return
-        tags = MlflowClient(self.ctx.tracking.tracking_uri).get_run(run_id).data.tags
-        if tags.get(TAG_STATE, TrialState.RUNNING) != TrialState.RUNNING:
+        if self.ctx.tracking.trial_state(run_id) is not TrialState.RUNNING:
             return
         run = self.ctx.tracking.attach_trial(run_id)
         if METRIC_TOKENS in last:

@@ -11,8 +11,8 @@ import os
 import socket
 
 import ray
-from ray._private import services
 
+from sweep.adapters.ray import bootstrap_address
 from sweep.spec import StudySpec
 
 __all__ = ["UnreachableClusterError", "check_address", "init_ray", "trial_resources"]
@@ -69,10 +69,7 @@ def check_address(address: str | None, source: str = "--address", *,
         return
     target = address
     if address == "auto":
-        try:
-            target = services.canonicalize_bootstrap_address("auto")
-        except ConnectionError:
-            target = None
+        target = bootstrap_address()
         if target is None:
             raise UnreachableClusterError(
                 f"{source} auto: no Ray cluster was started on this machine; start one "

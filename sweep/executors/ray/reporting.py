@@ -10,24 +10,12 @@ import math
 from typing import Any
 
 from ray import tune
-from ray.train._internal.session import get_session
 
-from sweep.schema import ATTR_STATE, METRIC_TOKENS, METRIC_VAL_LOSS
+from sweep.adapters.ray import session_alive
+from sweep.schema import ATTR_STATE, CONFIG_KEYS, METRIC_TOKENS, METRIC_VAL_LOSS
 from sweep.spec import StudySpec
 
-__all__ = ["Ended", "TuneReporter", "cost_report", "final_report", "session_alive",
-           "trial_params"]
-
-def session_alive() -> bool:
-    """Whether Ray still runs this trial.
-
-    When Ray ends a function trainable (a scheduler stopped it, PBT restarts it from another
-    checkpoint) it shuts the session down but lets the training thread run on until the actor
-    exits, and `ray.tune.report` then returns without effect; this check keeps that thread from
-    writing to the trial's MLflow run.
-    """
-    return get_session() is not None
-
+__all__ = ["Ended", "TuneReporter", "cost_report", "final_report", "trial_params"]
 
 class Ended(BaseException):
     """Ray ended this trial (or this incarnation of a PBT member); leave its MLflow run as it is.
@@ -83,8 +71,8 @@ class TuneReporter:
 
 
 def trial_params(config: dict[str, Any]) -> dict[str, Any]:
-    """The sampled params (``model.*``, ``train.*`` and ``scaling.*`` keys) of a Ray config."""
-    return {k: v for k, v in config.items() if k.startswith(("model.", "train.", "scaling."))}
+    """The sampled params of a Ray config: every key but the service's own (trial number...)."""
+    return {k: v for k, v in config.items() if k not in CONFIG_KEYS}
 
 
 def cost_report(spec: StudySpec, cost: dict[str, float]) -> dict[str, float]:

@@ -7,14 +7,13 @@ All use time attribute ``tokens`` (training tokens seen; ``time_total_s`` for a 
 - ``hyperband``: its asynchronous Hyperband form (same paper), 3 brackets; the synchronous
   ``HyperBandScheduler`` pauses trials, which would restart these checkpoint-less trials;
 - ``median``: the median stopping rule (Golovin et al. 2017, Google Vizier);
-- ``pbt``: population-based training (Jaderberg et al. 2017), mutations clipped into their
-  domain;
 - ``none``: every trial trains its whole budget.
+
+``pbt`` is a study kind of its own, whose scheduler is `sweep.kinds.pbt.tune.make_pbt_scheduler`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ray.tune import schedulers
@@ -22,15 +21,14 @@ from ray.tune import schedulers
 from sweep import space
 from sweep.schema import METRIC_TOKENS, METRIC_VAL_LOSS
 from sweep.space import SpaceSummary
-from sweep.spec import ChoiceDomain, IntDomain, StudySpec
+from sweep.spec import ChoiceDomain, StudySpec
 
 __all__ = ["make_scheduler"]
 
 _REDUCTION = 3
 
 
-def make_scheduler(spec: StudySpec, summary: SpaceSummary | None = None, *,
-                   pinned_dir: Path | None = None) -> Any:
+def make_scheduler(spec: StudySpec, summary: SpaceSummary | None = None) -> Any:
     """The Ray Tune scheduler ``search.scheduler`` names (time attribute: tokens trained).
 
     ASHA and async Hyperband get ``max_t`` above the largest budget (trials end on their own
@@ -42,22 +40,8 @@ def make_scheduler(spec: StudySpec, summary: SpaceSummary | None = None, *,
         spec: The study spec.
         summary: The space's `sweep.space.SpaceSummary` (its ``budget_tokens``), priced by
             preflight; priced here (``sweep.space.summarize``, 32 draws) when None.
-        pinned_dir: PBT only: where `sweep.executors.ray.pbt.PinnedPBT` copies the donors'
-            checkpoints it exploits (None: Ray's PBT reads them where they are).
     """
     s = spec.search
-    if s.scheduler == "pbt":
-        from sweep.executors.ray.pbt import PinnedPBT
-
-        return PinnedPBT(
-            pinned_dir=pinned_dir, time_attr=METRIC_TOKENS, metric=METRIC_VAL_LOSS, mode="min",
-            perturbation_interval=s.pbt.perturbation_interval,
-            hyperparam_mutations=space.pbt_mutations(spec),
-            quantile_fraction=s.pbt.quantile_fraction,
-            resample_probability=s.pbt.resample_probability,
-            synch=s.pbt.synch,
-            custom_explore_fn=_clip_mutations(spec),
-        )
     if s.scheduler == "none":
         return schedulers.FIFOScheduler()
     if summary is None:
@@ -79,19 +63,3 @@ def make_scheduler(spec: StudySpec, summary: SpaceSummary | None = None, *,
     return schedulers.AsyncHyperBandScheduler(
         time_attr=time_attr, metric=METRIC_VAL_LOSS, mode="min", max_t=max_t, grace_period=grace,
         reduction_factor=_REDUCTION, brackets=3 if s.scheduler == "hyperband" else 1)
-
-
-def _clip_mutations(spec: StudySpec):
-    domains = space.mutation_domains(spec)
-
-    def explore(config: dict[str, Any]) -> dict[str, Any]:
-        """Clip perturbed values into their domain; integers rounded."""
-        for path, d in domains.items():
-            if path not in config or isinstance(d, ChoiceDomain):
-                continue
-            lo, hi = d.bounds
-            value = min(max(config[path], lo), hi)
-            config[path] = int(round(value)) if isinstance(d, IntDomain) else float(value)
-        return config
-
-    return explore

@@ -10,8 +10,9 @@ its trial (a stop between two evaluations) ends at its next evaluation, and an a
 thread does not end within ``TUNE_FUNCTION_THREAD_TIMEOUT_S`` (2 s) is replaced by a new one.
 
 Infeasible trials train nothing and report once with val loss = the corpus's unigram baseline,
-so schedulers and samplers carry on (the sampler sees that penalty, not constraint values as
-under the Optuna executor); trials that raise end ``FAILED`` and the study continues.
+so schedulers carry on, and their constraint values, so the searcher is told them as under the
+Optuna executor (`sweep.study.policy`); trials that raise end ``FAILED`` and the study
+continues.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sweep.executors.ray.reporting import (
     trial_params,
 )
 from sweep.schema import (
+    ATTR_CONSTRAINTS,
     ATTR_REASON,
     ATTR_RUN_ID,
     ATTR_STATE,
@@ -90,7 +92,10 @@ def search_trainable(ctx: StudyContext):
         final = {ATTR_STATE: outcome.state.value, ATTR_RUN_ID: outcome.run_id,
                  **cost_report(spec, outcome.cost)}
         if outcome.state is TrialState.INFEASIBLE:
+            # Schedulers carry on with the baseline; the searcher is told as the policy says.
             final[METRIC_VAL_LOSS] = ctx.corpus().baseline_unigram_loss
+            if outcome.constraints is not None:
+                final[ATTR_CONSTRAINTS] = list(outcome.constraints)
         else:
             # A diverged trial's loss ranks nowhere (`StudySearch` tells it FAIL; Tune's own
             # best-result filters nan); its best finite loss still shows in the progress view.

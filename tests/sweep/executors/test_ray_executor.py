@@ -309,21 +309,22 @@ def test_pbt_exploits_the_better_member_and_mutates_its_lr(tmp_path):
 def test_pbt_mutations_stay_in_their_domain():
     from ray.tune.schedulers.pbt import _explore
 
-    from sweep.executors import ray as ray_executor
+    from sweep.kinds.pbt.population import member_index
+    from sweep.kinds.pbt.tune import make_pbt_scheduler
 
     spec = make_spec("ray-pbt-domain", train={"schedule": "constant"}, search={
         "scheduler": "pbt", "n_trials": 2,
         "pbt": {"perturbation_interval": 4096, "resample_probability": 0.0,
                 "hyperparam_mutations": {"lr": {"float": [1e-3, 3e-2], "log": True},
                                          "dropout": {"float": [0.0, 0.2]}}}})
-    scheduler = ray_executor.make_scheduler(spec)
+    scheduler = make_pbt_scheduler(spec)
     config = {"train.lr": 3e-2, "model.dropout": 0.2, "sweep.member": 0}
     for _ in range(20):  # x1.2 at the top of the range must come back to the bound
         new, _ = _explore(config, scheduler._hyperparam_mutations, 0.0, (1.2, 0.8),
                           scheduler._custom_explore_fn)
         assert 1e-3 <= new["train.lr"] <= 3e-2 and 0.0 <= new["model.dropout"] <= 0.2
         assert new["train.lr"] in (3e-2, pytest.approx(3e-2 * 0.8))
-    assert ray_executor.member_index("a1b2c_00003") == 3
+    assert member_index("a1b2c_00003") == 3
 
 
 @pytest.mark.parametrize("domain, expected", [
@@ -334,13 +335,13 @@ def test_pbt_mutations_stay_in_their_domain():
 def test_pbt_resamples_integers_with_both_bounds(domain, expected):
     from ray.tune.schedulers.pbt import _explore
 
-    from sweep.executors import ray as ray_executor
+    from sweep.kinds.pbt.tune import make_pbt_scheduler
 
     spec = make_spec("ray-pbt-int", train={"schedule": "constant", "grad_clip": 1.0}, search={
         "scheduler": "pbt", "n_trials": 2,
         "pbt": {"perturbation_interval": 4096, "resample_probability": 1.0,
                 "hyperparam_mutations": {"grad_clip": domain}}})
-    scheduler = ray_executor.make_scheduler(spec)
+    scheduler = make_pbt_scheduler(spec)
     config = {"train.grad_clip": 2, "sweep.member": 0}
     drawn = set()
     for _ in range(400):  # P(one of 4 values never drawn) < 4 * 0.85**400
@@ -356,10 +357,10 @@ def test_pbt_keeps_few_checkpoints_and_exploits_read_the_donors(tmp_path, monkey
     # reports newer checkpoints (and Ray deletes the one PBT picked) while the member that
     # exploits it waits for a slot among 4 members on 2 CPUs (synchronous PBT, so exploits
     # happen whatever the scheduling). Every exploit must still load its donor's weights.
-    from sweep.executors.ray import executor as ray_run
-    from sweep.executors.ray.pbt import PinnedPBT
+    from sweep.adapters.ray import PinnedPBT
+    from sweep.kinds.pbt import population
 
-    monkeypatch.setattr(ray_run.pbt, "CHECKPOINTS_KEPT", 1)
+    monkeypatch.setattr(population, "CHECKPOINTS_KEPT", 1)
     schedulers, on_disk, seen = [], [], set()
     original = PinnedPBT.on_trial_result
 
@@ -419,6 +420,6 @@ def test_pbt_keeps_few_checkpoints_and_exploits_read_the_donors(tmp_path, monkey
 
 
 def ray_executor_index(trial_id):
-    from sweep.executors.ray import member_index
+    from sweep.kinds.pbt.population import member_index
 
     return member_index(trial_id)

@@ -1,5 +1,7 @@
 """A resumed Ray scaling study trains an interrupted grid point as that trial's retry."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from sweep.schema import TrialState
@@ -25,15 +27,27 @@ def spec(retry=True):
 
 
 def test_interrupted_points_are_retries_and_the_others_new_trials():
-    from sweep.executors.ray.executor import _split_points
+    from sweep.executors.ray.search import _split_points
+    from sweep.executors.ray.tuning import Held
 
-    points = ({"scaling.point": "a"}, {"scaling.point": "b"}, {"scaling.point": "c"})
+    points = ({"scaling.point": "a"}, {"scaling.point": "b"}, {"scaling.point": "c"},
+              {"scaling.point": "d"})
     trials = [held(0, "a", TrialState.COMPLETE), held(1, "b", TrialState.INTERRUPTED),
-              held(2, "c", TrialState.INTERRUPTED), held(3, "c", TrialState.INTERRUPTED, 2)]
-    # b: its trial 1 retried; c: already retried once by trial 3 (interrupted too), so new
-    to_retry, fresh = _split_points(spec(), trials, points[1:], 2)
-    assert to_retry == [(1, {"scaling.point": "b"})]
-    assert fresh == [{"scaling.point": "c"}]
+              held(2, "c", TrialState.INTERRUPTED), held(3, "c", TrialState.INTERRUPTED, 2),
+              held(4, "d", TrialState.INTERRUPTED), held(5, "d", TrialState.INTERRUPTED, 4),
+              held(6, "d", TrialState.INTERRUPTED, 5), held(7, "d", TrialState.INTERRUPTED, 6)]
+    history = Held(trials, trials[:1], 8)
+
+    def ctx(points, retry=True):
+        return SimpleNamespace(spec=spec(retry), points=points)
+
+    # b: its trial 1 retried; c: its retry (trial 3) was interrupted too and is retried in
+    # turn; d: interrupted at its first try and at its 3 retries (trials 4 to 7), given up, so
+    # a new trial
+    to_retry, fresh = _split_points(ctx(points[1:]), history, 2)
+    assert to_retry == [(1, {"scaling.point": "b"}), (3, {"scaling.point": "c"})]
+    assert fresh == [{"scaling.point": "d"}]
     # without retries every point is a new trial; without points, the plain retries
-    assert _split_points(spec(retry=False), trials, points[1:], 2) == ([], list(points[1:]))
-    assert _split_points(spec(), trials, (), 5)[1] == []
+    assert _split_points(ctx(points[1:], retry=False), history, 2) == ([], list(points[1:]))
+    assert _split_points(ctx(()), history, 5) == ([(1, trials[1]["params"]),
+                                                   (3, trials[3]["params"])], [])

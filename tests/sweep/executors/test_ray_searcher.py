@@ -9,6 +9,7 @@ at lr 3e-2 set the bar.
 """
 
 import logging
+import math
 from pathlib import Path
 
 import optuna
@@ -126,12 +127,14 @@ def test_both_executors_tell_their_sampler_the_same_states(tmp_path):
 
 
 def test_study_search_tells_each_state_without_training():
+    from sweep.adapters.ray import search_study
     from sweep.executors.ray.searcher import StudySearch
 
     def space_fn(trial):
         trial.suggest_float("train.lr", 1e-3, 1e-1, log=True)
 
-    searcher = StudySearch(space=space_fn, metric="val_loss", mode="min",
+    searcher = StudySearch(spec=faulty_spec("ray", 0), baseline=math.log(16), space=space_fn,
+                           metric="val_loss", mode="min",
                            sampler=optuna.samplers.RandomSampler(seed=0))
     results = {
         "complete": ({"sweep_state": "COMPLETE", "val_loss": 2.0}, False),
@@ -145,10 +148,11 @@ def test_study_search_tells_each_state_without_training():
     for trial_id, (result, error) in results.items():
         searcher.suggest(trial_id)
         searcher.on_trial_complete(trial_id, result, error=error)
-    states = [t.state for t in searcher._ot_study.trials]
+    study = search_study(searcher)
+    states = [t.state for t in study.trials]
     assert states == [OptunaState.COMPLETE, OptunaState.FAIL, OptunaState.FAIL,
                       OptunaState.PRUNED, OptunaState.PRUNED, OptunaState.FAIL]
-    assert searcher._ot_study.best_value == 2.0
+    assert study.best_value == 2.0
 
 
 def test_a_trial_that_raises_outside_its_run_records_the_exception(tmp_path):
@@ -176,7 +180,7 @@ def test_a_trial_that_raises_outside_its_run_records_the_exception(tmp_path):
         trainable,
         param_space={"sweep.trial_number": tune.grid_search([0, 1]), "train.lr": GOOD_LR},
         run_config=tune.RunConfig(storage_path=str(tmp_path / "ray"), verbose=0,
-                                  callbacks=[StudyCallback(ctx, None, 0)],
+                                  callbacks=[StudyCallback(ctx, None)],
                                   failure_config=tune.FailureConfig(max_failures=0)))
     tuner.fit()
     client = MlflowClient(ctx.tracking.tracking_uri)

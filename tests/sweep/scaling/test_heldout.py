@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from sweep.kinds.scaling import shapes
 from sweep.scaling import fit_parametric, fit_vpnls, optimal_allocation
 from sweep.scaling.recommend import cost_model_flops_per_token
-from sweep.space import grid
 from sweep.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -23,10 +23,10 @@ SPEC = load_spec(ROOT / "studies" / "scaling-isoflop.yaml")
 
 def test_the_points_are_the_shipped_study_s_grid():
     assert sorted(POINTS.budget_flops.unique()) == SPEC.scaling.budgets
-    labels = set(grid.all_labels(SPEC))
+    labels = set(shapes.all_labels(SPEC))
     assert set(POINTS["scaling.point"]) <= labels
     assert POINTS.groupby("budget_flops").size().min() >= 5
-    family = {c.shape.label: c.n_params for c in grid.candidates(SPEC)}
+    family = {c.shape.label: c.n_params for c in shapes.candidates(SPEC)}
     for _, row in POINTS.iterrows():
         assert family[row["scaling.point"].split("/")[1]] == row.n_params
 

@@ -6,7 +6,9 @@ import re
 import numpy as np
 import pytest
 
-from sweep.space import configs_from_params, corner_params, grid, sample_params
+from sweep.kinds.scaling import layout as grid
+from sweep.kinds.scaling import shapes
+from sweep.space import configs_from_params, corner_params, sample_params
 from sweep.spec import parse_spec
 from sweep_models.cost import flops_per_token, param_count
 
@@ -26,13 +28,13 @@ def scaling_spec(**scaling):
 def test_rule_shapes_follow_the_rule():
     spec = scaling_spec(rule={"d_model": [64, 128, 256], "aspect": 32, "d_head": 32,
                               "d_ff_ratio": 2.5})
-    assert [s.fields() for s in grid.shapes(spec)] == [
+    assert [s.fields() for s in shapes.shapes(spec)] == [
         {"d_model": 64, "n_layers": 2, "n_heads": 2, "d_ff": 160},
         {"d_model": 128, "n_layers": 4, "n_heads": 4, "d_ff": 320},
         {"d_model": 256, "n_layers": 8, "n_heads": 8, "d_ff": 640},
     ]
     paired = scaling_spec(rule={"d_model": [32, 64, 96], "n_layers": [1, 3, 5], "d_head": 16})
-    assert [s.n_layers for s in grid.shapes(paired)] == [1, 3, 5]
+    assert [s.n_layers for s in shapes.shapes(paired)] == [1, 3, 5]
 
 
 def test_ladder_shapes_and_candidates_are_priced_by_the_cost_model():
@@ -40,11 +42,11 @@ def test_ladder_shapes_and_candidates_are_priced_by_the_cost_model():
               {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
               {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 256}]
     spec = scaling_spec(ladder=ladder)
-    cands = grid.candidates(spec)
+    cands = shapes.candidates(spec)
     assert [c.shape.d_model for c in cands] == [32, 64, 96]  # smallest N first
     for c in cands:
         model, _ = configs_from_params(
-            spec, {grid.SCALING_POINT: grid.point_label(2e11, c.shape)})
+            spec, {shapes.SCALING_POINT: shapes.point_label(2e11, c.shape)})
         assert (model.d_model, model.n_layers, model.n_heads, model.d_ff) == \
             (c.shape.d_model, c.shape.n_layers, c.shape.n_heads, c.shape.d_ff)
         assert c.n_params == param_count(model)
@@ -53,7 +55,7 @@ def test_ladder_shapes_and_candidates_are_priced_by_the_cost_model():
 
 def test_prior_centre_has_the_prior_tokens_per_param():
     spec = scaling_spec()
-    cands = grid.candidates(spec)
+    cands = shapes.candidates(spec)
     for budget in (2e11, 2e12):
         n = grid.prior_centre(cands, budget, 40)
         # Independent check: FLOPs per token per parameter falls with N, so D/N computed with
@@ -116,20 +118,20 @@ def test_recentre_extrapolates_the_earlier_optima():
 
 def test_labels_round_trip_and_unknown_labels_are_refused():
     spec = scaling_spec()
-    labels = grid.all_labels(spec)
+    labels = shapes.all_labels(spec)
     assert len(labels) == len(set(labels)) == 3 * 23
-    budget, shape = grid.parse_label(spec, labels[30])
-    assert grid.point_label(budget, shape) == labels[30]
+    budget, shape = shapes.parse_label(spec, labels[30])
+    assert shapes.point_label(budget, shape) == labels[30]
     with pytest.raises(ValueError, match=re.escape("scaling.point='C1e+99/x'")):
-        grid.parse_label(spec, "C1e+99/x")
+        shapes.parse_label(spec, "C1e+99/x")
 
 
 def test_sampling_a_scaling_space_draws_grid_points():
     spec = scaling_spec()
     draws = sample_params(spec, 20, seed=1) + corner_params(spec)
-    labels = set(grid.all_labels(spec))
+    labels = set(shapes.all_labels(spec))
     for params in draws:
-        assert set(params) == {grid.SCALING_POINT} and params[grid.SCALING_POINT] in labels
+        assert set(params) == {shapes.SCALING_POINT} and params[shapes.SCALING_POINT] in labels
         model, train = configs_from_params(spec, params)
         assert train.flops in (2e11, 6e11, 2e12) and model.n_layers == 2
 
@@ -138,12 +140,12 @@ def test_nearest_shapes_extend_the_rule_past_its_widths():
     spec = scaling_spec(rule={"d_model": {"min": 64, "max": 256, "step": 32}, "aspect": 32,
                               "d_head": 32})
     target = 3e7  # far above the study's largest shape
-    found = grid.nearest_shapes(spec, target, k=3)
+    found = shapes.nearest_shapes(spec, target, k=3)
     # Independent truth: every multiple of 32 up to 1024 priced, the three nearest in log N.
     pool = []
     for width in range(32, 1025, 32):
-        shape = grid.Shape(width, max(1, round(width / 32)), width // 32, 4 * width)
-        model, _ = configs_from_params(spec, {grid.SCALING_POINT: grid.all_labels(spec)[0]})
+        shape = shapes.Shape(width, max(1, round(width / 32)), width // 32, 4 * width)
+        model, _ = configs_from_params(spec, {shapes.SCALING_POINT: shapes.all_labels(spec)[0]})
         model = model.replace(**shape.fields())
         pool.append((abs(math.log(param_count(model) / target)), shape))
     expected = sorted(s for _, s in sorted(pool)[:3])
@@ -151,7 +153,7 @@ def test_nearest_shapes_extend_the_rule_past_its_widths():
     assert all(c.shape.n_layers == round(c.shape.d_model / 32) for c in found)
     ladder = scaling_spec(ladder=[{"d_model": 32 * i, "n_layers": i, "n_heads": i,
                                    "d_ff": 128 * i} for i in (1, 2, 3, 4)])
-    assert [c.shape.d_model for c in grid.nearest_shapes(ladder, 1e9, k=2)] == [96, 128]
+    assert [c.shape.d_model for c in shapes.nearest_shapes(ladder, 1e9, k=2)] == [96, 128]
 
 
 def test_shapes_over_the_constraints_are_dropped_with_a_note():
@@ -160,11 +162,11 @@ def test_shapes_over_the_constraints_are_dropped_with_a_note():
     assert lay.points and all(p.candidate.n_params <= 60_000 for p in lay.points)
     assert len(lay.points) < 5  # short of sizes_per_budget: every shape left out is noted
     over = [r for _, r in lay.dropped if r.startswith("over the constraints")]
-    assert len(over) == sum(1 for c in grid.candidates(spec) if c.n_params > 60_000)
+    assert len(over) == sum(1 for c in shapes.candidates(spec) if c.n_params > 60_000)
 
 
 def test_drops_become_the_run_summary_s_notes():
-    from sweep.study.scaling import layout_notes
+    from sweep.kinds.scaling.driver import layout_notes
 
     spec = scaling_spec()
     lay = grid.layout_budget(spec, 6e12, corpus_train_tokens=3_600_000)

@@ -6,7 +6,8 @@ import yaml
 from typer.testing import CliRunner
 
 from sweep.cli import app
-from sweep.space import configs_from_params, grid
+from sweep.kinds.scaling import shapes
+from sweep.space import configs_from_params
 from sweep.spec import parse_spec
 from sweep_models import parametrization as par
 
@@ -21,10 +22,10 @@ def mup_data():
 
 def test_every_grid_shape_builds_under_one_base_width():
     spec = parse_spec(mup_data())
-    labels = grid.all_labels(spec)
+    labels = shapes.all_labels(spec)
     assert len(labels) == 4 * 24  # every budget x every width of the size rule
     for label in labels:
-        model, train = configs_from_params(spec, {grid.SCALING_POINT: label})
+        model, train = configs_from_params(spec, {shapes.SCALING_POINT: label})
         assert (model.parametrization, model.base_d_model) == ("mup", 64)
         # the one tuned lr, scaled per shape by the parametrization: hidden matrices lr * 64 / d
         assert par.lr_mult(model, "hidden") == 64 / model.d_model

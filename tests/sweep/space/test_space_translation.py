@@ -8,6 +8,8 @@ import optuna
 import pytest
 
 from sweep import space
+from sweep.kinds.pbt.mutations import pbt_mutations
+from sweep.schema import cost_metrics
 from sweep.spec import parse_spec
 from sweep.train.config import TrainConfig
 from sweep_models.config import ModelConfig
@@ -141,7 +143,7 @@ def test_check_constraints_against_cost_model():
     small = parse_spec({**SPACE, "constraints": {"max_memory_gb": mem / 2e9}})
     ok, reason, _ = space.check_constraints(small, model, train)
     assert not ok and "memory" in reason
-    values = space.constraint_values(tight, cost, memory_limit_bytes=2 * mem)
+    values = space.constraint_values(tight, cost_metrics(cost), memory_limit_bytes=2 * mem)
     assert values[0] == pytest.approx(n / (n - 1) - 1) and values[0] > 0
     assert values[1] == -1.0 and values[2] == pytest.approx(-0.5)
 
@@ -311,7 +313,7 @@ def test_pbt_mutations_and_initial_population():
                 "lr": {"float": [1e-4, 1e-2], "log": True},
                 "weight_decay": {"choice": [0.0, 0.1]}}}},
     })
-    mutations = space.pbt_mutations(spec)
+    mutations = pbt_mutations(spec)
     assert set(mutations) == {"train.lr", "train.weight_decay"}
     assert mutations["train.weight_decay"] == [0.0, 0.1]
     assert 1e-4 <= mutations["train.lr"].sample() <= 1e-2

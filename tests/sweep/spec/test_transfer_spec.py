@@ -2,8 +2,8 @@
 
 import pytest
 
+from sweep.kinds.transfer import grid as tr
 from sweep.space import configs_from_params, summarize
-from sweep.space import transfer as tr
 from sweep.spec import SpecError, parse_spec
 from sweep_models import parametrization as par
 

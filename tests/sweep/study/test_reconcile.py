@@ -1,4 +1,4 @@
-"""`sweep.study.resume.reconcile` on real stores: dead, alive and half-finished trials."""
+"""The Optuna executor's reconcile on real stores: dead, alive and half-finished trials."""
 
 import socket
 
@@ -6,9 +6,10 @@ import pytest
 from optuna.trial import TrialState as OptunaState
 
 from sweep.executors.optuna.executor import create_study
+from sweep.executors.optuna.recovery import reconcile
 from sweep.schema import ATTR_OWNER, ATTR_RETRY_OF, ATTR_STATE, TrialState
 from sweep.spec import parse_spec
-from sweep.study.resume import MAX_RETRIES, reconcile
+from sweep.study.policy import MAX_RETRIES
 from sweep.study.trial import StudyContext
 from sweep.tracking import StudyTracker, read_trials
 from sweep.tracking.owner import _boot_id, current_owner
@@ -91,9 +92,9 @@ def test_a_point_interrupted_every_time_is_given_up(ctx):
 
 def test_a_trial_killed_before_it_recorded_its_owner_is_interrupted_and_recorded(ctx,
                                                                                 monkeypatch):
-    import sweep.study.resume as resume
+    import sweep.executors.optuna.recovery as recovery
 
-    monkeypatch.setattr(resume, "OWNERLESS_S", 0.2)
+    monkeypatch.setattr(recovery, "OWNERLESS_S", 0.2)
     study = create_study(ctx)
     trial = study.ask()  # killed before the objective's first line: no owner, no run
     trial.suggest_float("train.lr", 1e-3, 1e-2, log=True)

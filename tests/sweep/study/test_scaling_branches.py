@@ -4,6 +4,8 @@ import pytest
 
 from sweep import space
 from sweep.data import load_corpus
+from sweep.kinds.scaling import layout as grid
+from sweep.kinds.scaling import shapes
 from sweep.schema import (
     METRIC_BRANCH_TOKENS,
     METRIC_BUDGET_FLOPS,
@@ -11,7 +13,6 @@ from sweep.schema import (
     METRIC_TOKENS,
     TrialState,
 )
-from sweep.space import grid
 from sweep.spec import SpecError, parse_spec
 from sweep.study import run_study
 from sweep.study.trial import BRANCHES_DIR
@@ -57,7 +58,7 @@ def test_every_budget_is_its_own_point_and_trunks_are_shared(study):
     assert {k: v for k, v in summary.counts.items() if v} == {"COMPLETE": 9}
     by_shape = {}
     for t in trials:
-        budget, shape = grid.parse_label(spec, t["params"][grid.SCALING_POINT])
+        budget, shape = shapes.parse_label(spec, t["params"][shapes.SCALING_POINT])
         by_shape.setdefault(shape.label, []).append((budget, t))
     shared = {s: ts for s, ts in by_shape.items() if len(ts) > 1}
     assert shared, "the grid has no shape at two budgets; the test needs one"
@@ -67,8 +68,8 @@ def test_every_budget_is_its_own_point_and_trunks_are_shared(study):
         first = ts[0][1]
         assert first["metrics"][METRIC_BRANCH_TOKENS] == 0  # smallest budget: from step 0
         for (_, prev), (_, t) in zip(ts, ts[1:], strict=False):
-            model, train = space.configs_from_params(spec, {grid.SCALING_POINT:
-                                                            prev["params"][grid.SCALING_POINT]})
+            model, train = space.configs_from_params(spec, {shapes.SCALING_POINT:
+                                                            prev["params"][shapes.SCALING_POINT]})
             trainer = Trainer(model, train, load_corpus(DATA, out / "data"), device="cpu")
             assert t["metrics"][METRIC_BRANCH_TOKENS] == stable_end_tokens(trainer) > 0
             assert t["branch_from"] == prev["run_id"]
@@ -81,7 +82,7 @@ def test_every_budget_is_its_own_point_and_trunks_are_shared(study):
     foretold = {(r[METRIC_BUDGET_FLOPS], r["shape"]): r[METRIC_BRANCH_TOKENS] for r in rows}
     seen = {}
     for t in trials:
-        budget, shape = grid.parse_label(spec, t["params"][grid.SCALING_POINT])
+        budget, shape = shapes.parse_label(spec, t["params"][shapes.SCALING_POINT])
         seen[(budget, shape.label)] = t["metrics"][METRIC_BRANCH_TOKENS]
     assert seen == foretold
     # one trunk checkpoint per shape, at the stable end of its largest budget
@@ -93,8 +94,8 @@ def test_a_branched_point_equals_a_run_trained_alone(study):
     spec, out, _, trials = study
     late = [t for t in trials if t["metrics"][METRIC_BRANCH_TOKENS] > 0]
     t = max(late, key=lambda t: t["metrics"][METRIC_TOKENS])
-    model, train = space.configs_from_params(spec, {grid.SCALING_POINT:
-                                                    t["params"][grid.SCALING_POINT]})
+    model, train = space.configs_from_params(spec, {shapes.SCALING_POINT:
+                                                    t["params"][shapes.SCALING_POINT]})
     alone = Trainer(model, train, load_corpus(DATA, out / "data"), device="cpu").train()
     assert alone.state is TrialState.COMPLETE
     assert t["metrics"][METRIC_FINAL_VAL_LOSS] == alone.final_val_loss
@@ -159,11 +160,11 @@ def test_ray_executor_shares_the_same_trunks(study, tmp_path):
         ray.shutdown()
     assert {k: v for k, v in summary.counts.items() if v} == {"COMPLETE": 9}
     parent = MlflowClient(summary.tracking_uri).get_run(summary.parent_run_id)
-    on_ray = {t["params"][grid.SCALING_POINT]: t for t in read_trials(
+    on_ray = {t["params"][shapes.SCALING_POINT]: t for t in read_trials(
         summary.tracking_uri, parent.info.experiment_id, summary.parent_run_id)}
-    assert sorted(on_ray) == sorted(t["params"][grid.SCALING_POINT] for t in trials)
+    assert sorted(on_ray) == sorted(t["params"][shapes.SCALING_POINT] for t in trials)
     for t in trials:
-        r = on_ray[t["params"][grid.SCALING_POINT]]
+        r = on_ray[t["params"][shapes.SCALING_POINT]]
         assert r["metrics"][METRIC_BRANCH_TOKENS] == t["metrics"][METRIC_BRANCH_TOKENS]
         # Ray's workers may use another thread count: equal up to float summation order
         assert r["metrics"][METRIC_FINAL_VAL_LOSS] == pytest.approx(

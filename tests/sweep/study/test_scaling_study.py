@@ -7,6 +7,7 @@ import logging
 import pytest
 from mlflow import MlflowClient
 
+from sweep.kinds.scaling import shapes
 from sweep.schema import (
     METRIC_BUDGET_FLOPS,
     METRIC_FLOPS_PER_TOKEN_TRAIN,
@@ -17,7 +18,6 @@ from sweep.schema import (
     SCALING_GRID_ARTIFACT,
     TrialState,
 )
-from sweep.space import grid
 from sweep.spec import parse_spec
 from sweep.study import run_study
 from sweep.tracking import read_trials
@@ -50,12 +50,12 @@ def check_study(spec, summary):
     assert summary.notes == []  # nothing dropped on this grid
     assert {k: v for k, v in summary.counts.items() if v} == {"COMPLETE": 6}
     assert [t["trial"] for t in trials] == list(range(6))
-    labels = [t["params"][grid.SCALING_POINT] for t in trials]
+    labels = [t["params"][shapes.SCALING_POINT] for t in trials]
     assert len(set(labels)) == 6
     assert [label.split("/")[0] for label in labels] == ["C1e+09"] * 3 + ["C3e+09"] * 3
     for t in trials:
         m = t["metrics"]
-        budget, shape = grid.parse_label(spec, t["params"][grid.SCALING_POINT])
+        budget, shape = shapes.parse_label(spec, t["params"][shapes.SCALING_POINT])
         assert (t["params"]["model.d_model"], t["params"]["model.n_heads"]) == \
             (shape.d_model, shape.n_heads)
         assert t["params"]["scaling.d_head"] == 8 and t["params"]["scaling.n_layers"] == 1

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from sweep import space
 from sweep.cli import app
+from sweep.kinds.pbt.mutations import pbt_mutations
 from sweep.spec import load_spec
 
 STUDIES = sorted((Path(__file__).resolve().parents[3] / "studies").glob("*.yaml"))
@@ -39,7 +40,7 @@ def test_study_algorithms():
     assert specs["quickstart"].data.uri == "builtin:python-stdlib"
     p = specs["pbt"].search
     assert (p.executor, p.scheduler) == ("ray", "pbt")
-    assert set(space.pbt_mutations(specs["pbt"])) == {"train.lr", "train.weight_decay",
+    assert set(pbt_mutations(specs["pbt"])) == {"train.lr", "train.weight_decay",
                                                       "model.attn_temperature"}
     s = specs["sparsity-temperature"]
     assert (s.search.executor, s.search.scheduler) == ("ray", "asha")

@@ -29,24 +29,18 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from ray import tune
-from ray.train._internal.session import _TrainingResult
-from ray.tune.schedulers import PopulationBasedTraining
 
 from sweep import space
-from sweep.executors.ray.reporting import (
-    Ended,
-    TuneReporter,
-    final_report,
-    session_alive,
-    trial_params,
-)
+from sweep.adapters.ray import session_alive
+from sweep.executors.ray.reporting import Ended, TuneReporter, final_report, trial_params
+from sweep.kinds.pbt.mutations import in_domain, mutation_domains
+from sweep.kinds.pbt.section import PBTSpec
 from sweep.schema import (
     ATTR_REASON,
     ATTR_RUN_ID,
@@ -57,13 +51,12 @@ from sweep.schema import (
     METRIC_VAL_LOSS,
     TrialState,
 )
-from sweep.spec import ChoiceDomain, IntDomain, StudySpec
+from sweep.spec import StudySpec
 from sweep.study.trial import StudyContext, TrialOutcome, open_trial
 from sweep.tracking import TrialRun, find_trial_run
 from sweep.train import Trainer
 
-__all__ = ["CHECKPOINTS_KEPT", "PinnedPBT", "initial_population", "member_index",
-           "pbt_trainable", "pick"]
+__all__ = ["CHECKPOINTS_KEPT", "initial_population", "member_index", "pbt_trainable", "pick"]
 
 log = logging.getLogger(__name__)
 
@@ -72,96 +65,6 @@ _META_FILE = "member.json"
 
 #: Checkpoints Ray keeps per PBT member (``CheckpointConfig.num_to_keep``).
 CHECKPOINTS_KEPT = 2
-
-
-class PinnedPBT(PopulationBasedTraining):
-    """Ray's PBT, each exploit restarting its member from a pinned copy of the donor's checkpoint.
-
-    Args:
-        pinned_dir: Folder of the copies (created on first use), or None for Ray's behaviour.
-        *args, **kwargs: `ray.tune.schedulers.PopulationBasedTraining`'s.
-
-    Attributes:
-        exploits: ``(member trial id, donor trial id, the checkpoint folder copied)`` per exploit.
-    """
-
-    def __init__(self, *args: Any, pinned_dir: Path | str | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.pinned_dir = Path(pinned_dir) if pinned_dir is not None else None
-        self.exploits: list[tuple[str, str, str]] = []
-        self._pinned: dict[Any, Path] = {}  # member trial -> the copy it restarts from
-
-    def _exploit(self, tune_controller: Any, trial: Any, trial_to_clone: Any) -> None:
-        if self.pinned_dir is None:
-            return super()._exploit(tune_controller, trial, trial_to_clone)
-        donor = self._trial_state[trial_to_clone]
-        source = donor.last_checkpoint
-        if source is None or not os.path.isdir(source.path):
-            # Deleted since the donor's perturbation (rotation): the donor's latest instead.
-            source = trial_to_clone.checkpoint
-            if source is None or not os.path.isdir(source.path):
-                log.warning("PBT: no checkpoint of %s on disk; %s is not exploited",
-                            trial_to_clone.trial_id, trial.trial_id)
-                return None
-            donor.last_checkpoint = source
-        self._release(trial)
-        self.pinned_dir.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix=f"{trial.trial_id}-", dir=self.pinned_dir))
-        shutil.copytree(source.path, folder, dirs_exist_ok=True)
-        super()._exploit(tune_controller, trial, trial_to_clone)
-        manager = trial.run_metadata.checkpoint_manager
-        cloned = manager._latest_checkpoint_result
-        pinned = tune.Checkpoint(path=str(folder), filesystem=source.filesystem)
-        manager._latest_checkpoint_result = _TrainingResult(checkpoint=pinned,
-                                                            metrics=cloned.metrics)
-        self._pinned[trial] = folder
-        self.exploits.append((trial.trial_id, trial_to_clone.trial_id, source.path))
-        return None
-
-    def _release(self, trial: Any) -> None:
-        folder = self._pinned.pop(trial, None)
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
-
-    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
-        # A member that has a checkpoint of its own no longer restarts from its copy.
-        folder = self._pinned.get(trial)
-        latest = trial.checkpoint
-        if folder is not None and latest is not None and Path(latest.path) != folder:
-            self._release(trial)
-        return super().on_trial_result(tune_controller, trial, result)
-
-    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict) -> None:
-        self._release(trial)
-        super().on_trial_complete(tune_controller, trial, result)
-
-    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
-        self._release(trial)
-        super().on_trial_error(tune_controller, trial)
-
-
-def _in_domain(spec: StudySpec, params: dict[str, Any]) -> dict[str, Any]:
-    """``params`` with mutated values moved into the spec's search domain, to build configs.
-
-    A mutation may leave the domain the population was sampled from (``hyperparam_mutations``
-    has its own); the trainer then gets the real values through `Trainer.set_hparams`.
-    """
-    out = dict(params)
-    by_path = {p.path: p.domain for p in spec.params() if p.domain is not None}
-    for path in space.mutation_domains(spec):
-        d = by_path.get(path)
-        if d is None or path not in out:
-            continue
-        if isinstance(d, ChoiceDomain):
-            value = list(out[path]) if isinstance(out[path], tuple) else out[path]
-            if value not in d.options:
-                out[path] = d.options[0]
-        else:
-            lo, hi = d.bounds
-            out[path] = min(max(out[path], lo), hi)
-            if isinstance(d, IntDomain):
-                out[path] = int(round(out[path]))
-    return out
 
 
 def member_index(trial_id: str) -> int:
@@ -176,16 +79,16 @@ def member_index(trial_id: str) -> int:
 
 def pbt_trainable(ctx: StudyContext, offset: int, population: list[dict[str, Any]]):
     spec = ctx.spec
-    pbt = spec.search.pbt
+    pbt: PBTSpec = spec.section("search.pbt")
     interval = pbt.checkpoint_interval or pbt.perturbation_interval
-    mutated = list(space.mutation_domains(spec))
+    mutated = list(mutation_domains(spec))
 
     def trainable(config: dict[str, Any]) -> None:
         index = member_index(tune.get_context().get_trial_id())
         number = offset + index
         params = trial_params(config)
         try:
-            configs = space.configs_from_params(spec, _in_domain(spec, params))
+            configs = space.configs_from_params(spec, in_domain(spec, params))
         except space.InvalidConfig as err:
             configs = err
         checkpoint = tune.get_checkpoint()
@@ -298,7 +201,7 @@ def initial_population(spec: StudySpec, n: int) -> list[dict[str, Any]]:
             model, train = space.configs_from_params(spec, params)
         except space.InvalidConfig:
             continue
-        for path in space.mutation_domains(spec):
+        for path in mutation_domains(spec):
             if path not in params:
                 section, name = path.split(".", 1)
                 value = getattr(model if section == "model" else train, name)

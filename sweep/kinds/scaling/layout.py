@@ -1,20 +1,13 @@
 """The IsoFLOP grid of a scaling study: which shape trains at which FLOP budget, for how long.
 
-Hoffmann et al. 2022 ("Training Compute-Optimal Large Language Models", section 3.2) train, for each
-budget C, a range of model sizes N for D = C / (FLOPs per token) tokens each, and read the
-compute-optimal N off the minimum of loss against N. Here the shapes come from the spec's size rule
-or ladder (`shapes`), priced by the project's cost model (`candidates`: N and the training FLOPs per
-token of `sweep_models.cost.flops_per_token`, so D = C / flops_per_token(shape, train=True), not C /
-6N). For each budget, `layout_budget` picks ``sizes_per_budget`` shapes log-spaced from N*/span to
-N* x span around a centre N*: where D / N equals the spec's ``tokens_per_param`` prior
-(`prior_centre`), or the optimum the earlier budgets point to (`recentre`, from each earlier curve's
-parabola vertex, `curve_optimum`). Shapes that would train less than one optimizer step, or more
-than ``max_epochs`` passes over the corpus's training split, are left out with a note.
-
-Every (budget, shape) pair has a label, the one categorical Optuna parameter
-``scaling.point`` (`SCALING_POINT`), whose choices are every budget times every shape of the
-family, so the domain does not change when a later budget is re-centred; the driver enqueues
-the chosen points.
+Hoffmann et al. 2022 ("Training Compute-Optimal Large Language Models", section 3.2) train, for
+each budget C, a range of model sizes N for D = C / (FLOPs per token) tokens each, and read the
+compute-optimal N off the minimum of loss against N. For each budget, `layout_budget` picks
+``sizes_per_budget`` shapes (`sweep.kinds.scaling.shapes`) log-spaced from N*/span to N* x span
+around a centre N*: where D / N equals the spec's ``tokens_per_param`` prior (`prior_centre`),
+or the optimum the earlier budgets point to (`recentre`, from each earlier curve's parabola
+vertex, `curve_optimum`). Shapes that would train less than one optimizer step, or more than
+``max_epochs`` passes over the corpus's training split, are left out with a note.
 """
 
 from __future__ import annotations
@@ -25,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from sweep.kinds.scaling.rules import scaling_section
+from sweep.kinds.scaling.shapes import Candidate, candidates, configs, point_label
 from sweep.schema import (
     METRIC_BRANCH_TOKENS,
     METRIC_BUDGET_FLOPS,
@@ -34,58 +29,13 @@ from sweep.schema import (
     METRIC_TOKENS_PER_PARAM,
     METRIC_TRAIN_FLOPS,
 )
+from sweep.space.constraints import check_constraints, training_cost
 from sweep.spec import StudySpec
+from sweep.train.config import resolve_budget
+from sweep.train.schedule import wsd_stable_end
 
-__all__ = ["SCALING_POINT", "BudgetLayout", "Candidate", "GridPoint", "Shape", "all_labels",
-           "candidates", "curve_optimum", "grid_rows", "layout", "layout_budget",
-           "layout_problems",
-           "nearest_shapes", "parse_label", "point_values", "prior_centre", "recentre",
-           "shapes"]
-
-#: The Optuna / MLflow parameter that names a trial's grid point.
-SCALING_POINT = "scaling.point"
-
-
-@dataclass(frozen=True, order=True)
-class Shape:
-    """A model shape: width, depth, heads and MLP width."""
-
-    d_model: int
-    n_layers: int
-    n_heads: int
-    d_ff: int
-
-    @property
-    def label(self) -> str:
-        """``d<d_model>-L<n_layers>-h<n_heads>-ff<d_ff>``."""
-        return f"d{self.d_model}-L{self.n_layers}-h{self.n_heads}-ff{self.d_ff}"
-
-    def fields(self) -> dict[str, int]:
-        """The four ``model`` fields."""
-        return {"d_model": self.d_model, "n_layers": self.n_layers, "n_heads": self.n_heads,
-                "d_ff": self.d_ff}
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A shape priced by the cost model (the study's fixed model fields filled in).
-
-    Attributes:
-        shape: The shape.
-        n_params: Total parameters (embeddings included), `sweep_models.cost.param_count`.
-        n_params_non_embedding: Parameters without the token and position embeddings.
-        flops_per_token_train: Training FLOPs per token (forward + backward, attention
-            included), `sweep_models.cost.flops_per_token(train=True)`.
-    """
-
-    shape: Shape
-    n_params: int
-    n_params_non_embedding: int
-    flops_per_token_train: float
-
-    def tokens(self, budget_flops: float) -> float:
-        """Tokens a budget of ``budget_flops`` buys this shape."""
-        return budget_flops / self.flops_per_token_train
+__all__ = ["BudgetLayout", "GridPoint", "curve_optimum", "grid_rows", "layout", "layout_budget",
+           "layout_problems", "prior_centre", "recentre"]
 
 
 @dataclass(frozen=True)
@@ -128,72 +78,7 @@ class BudgetLayout:
     dropped: list[tuple[str, str]] = field(default_factory=list)
 
 
-# ---------------------------------------------------------------------------------- family
-def shapes(spec: StudySpec) -> list[Shape]:
-    """The family of shapes of ``spec.scaling`` (rule or ladder), in the spec's order.
 
-    Raises:
-        ValueError: ``spec`` has no ``scaling`` section.
-    """
-    sc = spec.scaling
-    if sc is None:
-        raise ValueError(f"{spec.name}: not a scaling study (no scaling section)")
-    if sc.ladder is not None:
-        return [Shape(s.d_model, s.n_layers, s.n_heads, s.d_ff) for s in sc.ladder]
-    rule = sc.rule
-    depths = rule.n_layers if isinstance(rule.n_layers, list) else None
-    return [_rule_shape(spec, width, depths[i] if depths else None)
-            for i, width in enumerate(rule.widths())]
-
-
-def _configs(spec: StudySpec, values: dict[str, Any]):
-    from sweep.space.sampling import build_configs, fixed_values
-
-    return build_configs(spec, {**fixed_values(spec), **values})
-
-
-def candidates(spec: StudySpec) -> list[Candidate]:
-    """Every shape of the family priced with the study's fixed model fields, smallest N first.
-
-    Raises:
-        sweep.space.InvalidConfig: A shape that makes no valid model with the fixed fields.
-    """
-    return sorted((_price(spec, shape) for shape in shapes(spec)),
-                  key=lambda c: (c.n_params, c.shape))
-
-
-# ---------------------------------------------------------------------------------- labels
-def point_label(budget_flops: float, shape: Shape) -> str:
-    """``C<budget, 4 significant digits>/<shape label>``, e.g. ``C1e+13/d128-L4-h4-ff512``."""
-    return f"C{budget_flops:.4g}/{shape.label}"
-
-
-def all_labels(spec: StudySpec) -> list[str]:
-    """Every (budget, shape) label: budgets ascending, shapes in the family's order."""
-    return [point_label(b, s) for b in spec.scaling.budgets for s in shapes(spec)]
-
-
-def parse_label(spec: StudySpec, label: str) -> tuple[float, Shape]:
-    """The budget and shape a label names.
-
-    Raises:
-        ValueError: A label that is not one of `all_labels`.
-    """
-    head, _, tail = label.partition("/")
-    budget = next((b for b in spec.scaling.budgets if f"C{b:.4g}" == head), None)
-    shape = next((s for s in shapes(spec) if s.label == tail), None)
-    if budget is not None and shape is not None:
-        return float(budget), shape
-    raise ValueError(f"{SCALING_POINT}={label!r} is not a point of this study's grid")
-
-
-def point_values(spec: StudySpec, label: str) -> dict[str, Any]:
-    """The dotted ``model.*`` fields and ``train.flops`` of a label's point."""
-    budget, shape = parse_label(spec, label)
-    return {**{f"model.{k}": v for k, v in shape.fields().items()}, "train.flops": budget}
-
-
-# ---------------------------------------------------------------------------------- centre
 def prior_centre(cands: list[Candidate], budget_flops: float, tokens_per_param: float) -> float:
     """N* where D / N = ``tokens_per_param`` at ``budget_flops``, D = C / FLOPs per token.
 
@@ -259,7 +144,6 @@ def recentre(budget_flops: float, optima: list[tuple[float, float]]) -> float | 
     return float(math.exp(k + a * math.log(budget_flops)))
 
 
-# ---------------------------------------------------------------------------------- layout
 def layout_budget(
     spec: StudySpec,
     budget_flops: float,
@@ -291,9 +175,7 @@ def layout_budget(
         The `BudgetLayout`; fewer points than ``sizes_per_budget`` when the family is short
         (then every shape left out is in ``dropped``, else those near the span).
     """
-    from sweep.train.config import resolve_budget
-
-    sc = spec.scaling
+    sc = scaling_section(spec)
     cands = cands if cands is not None else candidates(spec)
     if centre_n_params is None:
         centre_n_params = prior_centre(cands, budget_flops, sc.tokens_per_param)
@@ -303,8 +185,7 @@ def layout_budget(
     usable: list[GridPoint] = []
     left_out: list[tuple[int, str, str]] = []
     for cand in cands:
-        model, train = _configs(spec, {**{f"model.{k}": v for k, v in cand.shape.fields().items()},
-                                       "train.flops": budget_flops})
+        model, train = configs(spec, cand.shape, budget_flops)
         reason = None
         try:
             budget = resolve_budget(train, model)
@@ -317,8 +198,6 @@ def layout_budget(
                           f"the corpus's {corpus_train_tokens:,} training tokens (over "
                           f"scaling.max_epochs={sc.max_epochs:g})")
         if reason is None and _constrained(spec):
-            from sweep.space.constraints import check_constraints
-
             ok, why, _ = check_constraints(spec, model, train, device=device or train.device)
             reason = None if ok else f"over the constraints: {why}"
         if reason is not None:
@@ -368,7 +247,7 @@ def layout(spec: StudySpec, *, corpus_train_tokens: int | None = None,
     """
     cands = candidates(spec)
     return [layout_budget(spec, b, cands=cands, corpus_train_tokens=corpus_train_tokens,
-                          device=device) for b in spec.scaling.budgets]
+                          device=device) for b in scaling_section(spec).budgets]
 
 
 def grid_rows(spec: StudySpec, layouts: list[BudgetLayout], *, device: str = "auto",
@@ -389,20 +268,14 @@ def grid_rows(spec: StudySpec, layouts: list[BudgetLayout], *, device: str = "au
         FLOPs it trains itself: tokens less ``branch_tokens``, x training FLOPs per token) and
         ``est_seconds`` (``train_flops`` / ``flops_per_s``, or None).
     """
-    from sweep.space.constraints import training_cost
-    from sweep.train.config import resolve_budget
-    from sweep.train.schedule import wsd_stable_end
-
     rows = []
     trunks: dict[str, int] = {}  # shape label -> its trunk point so far (scaling.branches)
     for lay in layouts:
         for p in lay.points:
-            model, train = _configs(spec, {**{f"model.{k}": v
-                                              for k, v in p.candidate.shape.fields().items()},
-                                           "train.flops": lay.budget_flops})
+            model, train = configs(spec, p.candidate.shape, lay.budget_flops)
             mem = training_cost(model, train, device).memory.total
             reused = 0
-            if spec.scaling.branches:
+            if scaling_section(spec).branches:
                 b = resolve_budget(train, model)
                 reused = trunks.get(p.candidate.shape.label, 0)
                 trunks[p.candidate.shape.label] = wsd_stable_end(
@@ -416,55 +289,3 @@ def grid_rows(spec: StudySpec, layouts: list[BudgetLayout], *, device: str = "au
                          METRIC_MEM_ESTIMATE: mem,
                          "est_seconds": flops / flops_per_s if flops_per_s else None})
     return rows
-
-
-def _rule_shape(spec: StudySpec, width: int, depth: int | None = None) -> Shape:
-    """The size rule's shape at ``width``.
-
-    Depth: from the aspect; else ``depth`` (a listed depth paired with the width); else the
-    rule's one depth, or the last of its list for a width past the list.
-    """
-    rule = spec.scaling.rule
-    if rule.aspect is not None:
-        depth = max(1, round(width / rule.aspect))
-    elif depth is None:
-        depth = rule.n_layers[-1] if isinstance(rule.n_layers, list) else int(rule.n_layers)
-    return Shape(width, depth, width // rule.d_head, max(1, round(rule.d_ff_ratio * width)))
-
-
-def _price(spec: StudySpec, shape: Shape) -> Candidate:
-    from sweep_models.cost import flops_per_token, non_embedding_param_count, param_count
-
-    model, _ = _configs(spec, {f"model.{k}": v for k, v in shape.fields().items()}
-                        | {"train.flops": spec.scaling.budgets[0]})
-    return Candidate(shape, param_count(model), non_embedding_param_count(model),
-                     flops_per_token(model, train=True))
-
-
-def nearest_shapes(spec: StudySpec, n_params: float, *, k: int = 3) -> list[Candidate]:
-    """The ``k`` shapes of the study's size rule nearest to ``n_params`` (in log N).
-
-    A ``rule`` extends past the study's widths: every multiple of the width step (the range's
-    ``step``, else ``d_head``) is a shape, depth from ``aspect`` (a list of depths keeps its
-    last depth beyond the list); a ``ladder`` offers its rungs only.
-
-    Returns:
-        Candidates, smallest N first.
-    """
-    sc = spec.scaling
-    if sc.ladder is not None:
-        pool = candidates(spec)
-    else:
-        rule = sc.rule
-        step = rule.d_model.step if not isinstance(rule.d_model, list) else rule.d_head
-        step = step * rule.d_head // math.gcd(step, rule.d_head)  # heads must divide
-        pool, m = [], 1
-        while True:
-            cand = _price(spec, _rule_shape(spec, step * m))
-            pool.append(cand)
-            if cand.n_params > 4 * n_params and len(pool) >= k:
-                break
-            # Grow the stride with the width so huge targets stay a few hundred shapes.
-            m += max(1, m // 64)
-    pool.sort(key=lambda c: abs(math.log(c.n_params / n_params)))
-    return sorted(pool[:k], key=lambda c: c.n_params)

@@ -20,13 +20,20 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
+from sweep.kinds.transfer.section import TransferSpec
 from sweep.schema import decode_param, encode_param
+from sweep.space.sampling import choice_labels
 from sweep.spec import ChoiceDomain, StudySpec
 
-__all__ = ["WIDTH", "grid_fields", "point_key", "points", "width_values"]
+__all__ = ["WIDTH", "grid_fields", "point_key", "points", "transfer_section", "width_values"]
 
 #: The parameter that carries a point's width (the Optuna parameter and the logged param).
 WIDTH = "model.d_model"
+
+
+def transfer_section(spec: StudySpec) -> TransferSpec:
+    """The ``transfer`` section of a transfer study's spec."""
+    return spec.section("transfer")
 
 
 def grid_fields(spec: StudySpec) -> list[str]:
@@ -43,7 +50,7 @@ def width_values(spec: StudySpec, width: int) -> dict[str, Any]:
     `sweep.space.sampling.build_configs` turns them into ``n_heads = d_model / d_head`` and
     ``d_ff = round(d_ff_ratio * d_model)``.
     """
-    tr = spec.transfer
+    tr = transfer_section(spec)
     return {WIDTH: width, "model.d_head": tr.d_head, "model.d_ff_ratio": tr.d_ff_ratio}
 
 
@@ -55,13 +62,11 @@ def points(spec: StudySpec) -> tuple[dict[str, Any], ...]:
         ...}`` whose values are the spec's choices (Optuna's categorical values, as
         `sweep.space.sampling.choice_labels` passes them).
     """
-    from sweep.space.sampling import choice_labels
-
     fields = grid_fields(spec)
     domains = {p.path: p.domain for p in spec.searched()}
     axes = [choice_labels(domains[f]) for f in fields if isinstance(domains[f], ChoiceDomain)]
     return tuple({WIDTH: w, **dict(zip(fields, combo, strict=True))}
-                 for w in spec.transfer.widths for combo in itertools.product(*axes))
+                 for w in transfer_section(spec).widths for combo in itertools.product(*axes))
 
 
 def point_key(spec: StudySpec, params: Mapping[str, Any]) -> tuple[str, ...]:

@@ -1,0 +1,146 @@
+"""The ``scaling`` study kind: an IsoFLOP grid (Hoffmann et al. 2022, section 3.2).
+
+For each FLOP budget of ``scaling.budgets``, smallest first, the study trains a range of shapes
+from its size rule or ladder, each for the tokens the budget buys it, centred on the expected
+optimum (`sweep.kinds.scaling.layout`), then re-centred on what the earlier budgets found
+(`sweep.kinds.scaling.driver`). Every trial is one grid point, named by the one axis the kind
+adds (``scaling.point``, `sweep.kinds.scaling.shapes`); ``sweep analyze scaling`` fits the
+scaling laws to the trained points. With ``scaling.branches`` a shape's run at a larger budget
+continues the stable phase of its run at the one before (`sweep.train.branches`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from sweep.kinds.base import KindRun, Prepared, StudyKind
+from sweep.kinds.scaling.rules import SCALING_OWNED_MODEL, scaling_problems, scaling_section
+from sweep.kinds.scaling.section import ScalingSpec
+from sweep.spec.domains import ChoiceDomain
+from sweep.spec.schema import StudySpec
+
+if TYPE_CHECKING:
+    from sweep.study.trial import OpenTrial, StudyContext
+    from sweep_models.config import ModelConfig
+
+__all__ = ["KIND", "ScalingKind"]
+
+
+class ScalingKind(StudyKind):
+    """IsoFLOP scaling: `sweep.kinds.scaling` (module docstring)."""
+
+    name = "scaling"
+    section = "scaling"
+    section_model = ScalingSpec
+    # An IsoFLOP curve needs every size trained to its budget: no early stopping unless the
+    # spec asks for it (then sweep validate warns).
+    search_defaults = {"pruner": "none", "scheduler": "none"}
+    trials_from = "its grid points (scaling.budgets x scaling.sizes_per_budget)"
+    owned_model_fields = SCALING_OWNED_MODEL
+
+    def problems(self, spec: StudySpec) -> Iterable[str]:
+        return scaling_problems(spec)
+
+    def budget(self, spec: StudySpec) -> tuple[str, Any]:
+        return "flops", ChoiceDomain(choice=list(scaling_section(spec).budgets))
+
+    def trial_count(self, spec: StudySpec) -> str:
+        return "grid"
+
+    def sample(self, trial: Any, spec: StudySpec) -> dict[str, Any]:
+        from sweep.kinds.scaling.shapes import SCALING_POINT, all_labels, point_values
+
+        return point_values(spec, trial.suggest_categorical(SCALING_POINT, all_labels(spec)))
+
+    def resolve(self, spec: StudySpec, params: dict[str, Any]) -> dict[str, Any]:
+        from sweep.kinds.scaling.shapes import SCALING_POINT, point_values
+        from sweep.space import InvalidConfig
+
+        label = params.pop(SCALING_POINT, None)
+        if label is None:
+            raise InvalidConfig(f"{SCALING_POINT}: missing (every trial of a scaling study is a "
+                                "grid point)", params)
+        try:
+            return point_values(spec, label)
+        except ValueError as exc:
+            raise InvalidConfig(str(exc), params) from None
+
+    def corner(self, spec: StudySpec, end: int) -> dict[str, Any]:
+        from sweep.kinds.scaling.shapes import SCALING_POINT, all_labels
+
+        return {SCALING_POINT: all_labels(spec)[end]}
+
+    def trial_records(self, spec: StudySpec, model: ModelConfig, train: Any,
+                      cost: Mapping[str, float]) -> tuple[dict[str, float], dict[str, Any]]:
+        """Metrics ``budget_flops`` (C), ``n_tokens`` (D), ``tokens_per_param`` (D/N).
+
+        Params: the size rule's settings (``scaling.<setting>``) and the point's label
+        (``scaling.point``).
+        """
+        from sweep.kinds.scaling.shapes import SCALING_POINT, Shape, point_label
+        from sweep.schema import (
+            METRIC_BUDGET_FLOPS,
+            METRIC_N_PARAMS,
+            METRIC_N_TOKENS,
+            METRIC_TOKENS_PER_PARAM,
+        )
+        from sweep.train.config import resolve_budget
+
+        # D is whole optimizer steps of C / FLOPs per token (`resolve_budget`).
+        tokens = resolve_budget(train, model).total_tokens
+        metrics = {METRIC_BUDGET_FLOPS: float(train.flops), METRIC_N_TOKENS: float(tokens),
+                   METRIC_TOKENS_PER_PARAM: tokens / cost[METRIC_N_PARAMS]}
+        section = scaling_section(spec)
+        rule = section.rule.parameters() if section.rule is not None else \
+            {"ladder": len(section.ladder)}
+        shape = Shape(model.d_model, model.n_layers, model.n_heads, model.d_ff)
+        params = {f"scaling.{k}": v for k, v in rule.items()} | \
+            {SCALING_POINT: point_label(train.flops, shape)}
+        return metrics, params
+
+    def train(self, ctx: StudyContext, trial: OpenTrial, run: Any, reporter: Any) -> Any:
+        if not scaling_section(ctx.spec).branches:
+            return None
+        from sweep.kinds.scaling.branching import train_branch_point
+
+        return train_branch_point(ctx, trial, run, reporter)
+
+    def prepare(self, spec: StudySpec, *, corpus_train_tokens: int | None,
+                device: str | None) -> Prepared:
+        from sweep.kinds.scaling.layout import layout, layout_problems
+
+        prior = layout(spec, corpus_train_tokens=corpus_train_tokens, device=device)
+        # The progress total as the prior lays it out (re-centring may change it a little).
+        return Prepared(problems=layout_problems(prior), total=sum(len(b.points) for b in prior),
+                        plan=corpus_train_tokens)
+
+    def run(self, job: KindRun) -> tuple[Any, list[str]]:
+        from sweep.kinds.scaling.driver import layout_notes, run_budgets
+
+        study, layouts = run_budgets(job, job.prepared.plan)
+        return study, layout_notes(layouts)
+
+    def point_key(self, spec: StudySpec, params: Mapping[str, Any]) -> Hashable:
+        from sweep.kinds.scaling.shapes import SCALING_POINT
+
+        return str(params.get(SCALING_POINT))
+
+    def disk_needs(self, spec: StudySpec, largest_n_params: float) -> dict[str, float]:
+        if not scaling_section(spec).branches:
+            return {}
+        from sweep.kinds.scaling.shapes import candidates
+        from sweep.study.preflight import checkpoint_bytes
+
+        shapes = candidates(spec)
+        return {f"{len(shapes)} WSD trunk checkpoints":
+                sum(checkpoint_bytes(c.n_params) for c in shapes)}
+
+    def describe(self, spec: StudySpec, say: Any, warn: Any, *, device: str | None,
+                 as_json: bool) -> list[str]:
+        from sweep.kinds.scaling.validate import describe_grid
+
+        return describe_grid(spec, say, warn, device=device, as_json=as_json)
+
+
+KIND = ScalingKind()

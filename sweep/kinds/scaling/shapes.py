@@ -1,0 +1,190 @@
+"""The shapes of a scaling study and the labels of its grid points.
+
+The family of shapes (`shapes`) comes from the spec's size rule (widths, with depth from the
+aspect ratio or given, ``n_heads = d_model / d_head``, ``d_ff = round(d_ff_ratio * d_model)``) or
+its ladder. Each shape is priced by the project's cost model (`candidates`: N and the training
+FLOPs per token of `sweep_models.cost.flops_per_token`, so D = C / flops_per_token(shape,
+train=True), not C / 6N). Every (budget, shape) pair has a label, the one categorical Optuna
+parameter ``scaling.point`` (`SCALING_POINT`) whose choices are every budget times every shape
+of the family, so the domain does not change when a later budget is re-centred.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sweep.kinds.scaling.rules import scaling_section
+from sweep.space.sampling import build_configs, fixed_values
+from sweep.spec import StudySpec
+from sweep_models.config import ModelConfig
+from sweep_models.cost import flops_per_token, non_embedding_param_count, param_count
+
+__all__ = ["SCALING_POINT", "Candidate", "Shape", "all_labels", "candidates", "configs",
+           "nearest_shapes", "parse_label", "point_label", "point_values", "shapes"]
+
+#: The Optuna / MLflow parameter that names a trial's grid point.
+SCALING_POINT = "scaling.point"
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """A model shape: width, depth, heads and MLP width."""
+
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+
+    @property
+    def label(self) -> str:
+        """``d<d_model>-L<n_layers>-h<n_heads>-ff<d_ff>``."""
+        return f"d{self.d_model}-L{self.n_layers}-h{self.n_heads}-ff{self.d_ff}"
+
+    def fields(self) -> dict[str, int]:
+        """The four ``model`` fields."""
+        return {"d_model": self.d_model, "n_layers": self.n_layers, "n_heads": self.n_heads,
+                "d_ff": self.d_ff}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A shape priced by the cost model (the study's fixed model fields filled in).
+
+    Attributes:
+        shape: The shape.
+        n_params: Total parameters (embeddings included), `sweep_models.cost.param_count`.
+        n_params_non_embedding: Parameters without the token and position embeddings.
+        flops_per_token_train: Training FLOPs per token (forward + backward, attention
+            included), `sweep_models.cost.flops_per_token(train=True)`.
+    """
+
+    shape: Shape
+    n_params: int
+    n_params_non_embedding: int
+    flops_per_token_train: float
+
+    def tokens(self, budget_flops: float) -> float:
+        """Tokens a budget of ``budget_flops`` buys this shape."""
+        return budget_flops / self.flops_per_token_train
+
+
+
+
+def shapes(spec: StudySpec) -> list[Shape]:
+    """The family of shapes of ``spec.scaling`` (rule or ladder), in the spec's order.
+
+    Raises:
+        ValueError: ``spec`` has no ``scaling`` section.
+    """
+    sc = scaling_section(spec)
+    if sc is None:
+        raise ValueError(f"{spec.name}: not a scaling study (no scaling section)")
+    if sc.ladder is not None:
+        return [Shape(s.d_model, s.n_layers, s.n_heads, s.d_ff) for s in sc.ladder]
+    rule = sc.rule
+    depths = rule.n_layers if isinstance(rule.n_layers, list) else None
+    return [_rule_shape(spec, width, depths[i] if depths else None)
+            for i, width in enumerate(rule.widths())]
+
+
+def configs(spec: StudySpec, shape: Shape, budget_flops: float) -> tuple[ModelConfig, Any]:
+    """The ``(ModelConfig, TrainConfig)`` of ``shape`` trained for ``budget_flops``.
+
+    Raises:
+        sweep.space.InvalidConfig: The shape makes no valid model with the fixed fields.
+    """
+    values = {**{f"model.{k}": v for k, v in shape.fields().items()}, "train.flops": budget_flops}
+    return build_configs(spec, {**fixed_values(spec), **values})
+
+
+def candidates(spec: StudySpec) -> list[Candidate]:
+    """Every shape of the family priced with the study's fixed model fields, smallest N first.
+
+    Raises:
+        sweep.space.InvalidConfig: A shape that makes no valid model with the fixed fields.
+    """
+    return sorted((_price(spec, shape) for shape in shapes(spec)),
+                  key=lambda c: (c.n_params, c.shape))
+
+
+def point_label(budget_flops: float, shape: Shape) -> str:
+    """``C<budget, 4 significant digits>/<shape label>``, e.g. ``C1e+13/d128-L4-h4-ff512``."""
+    return f"C{budget_flops:.4g}/{shape.label}"
+
+
+def all_labels(spec: StudySpec) -> list[str]:
+    """Every (budget, shape) label: budgets ascending, shapes in the family's order."""
+    return [point_label(b, s) for b in scaling_section(spec).budgets for s in shapes(spec)]
+
+
+def parse_label(spec: StudySpec, label: str) -> tuple[float, Shape]:
+    """The budget and shape a label names.
+
+    Raises:
+        ValueError: A label that is not one of `all_labels`.
+    """
+    head, _, tail = label.partition("/")
+    budget = next((b for b in scaling_section(spec).budgets if f"C{b:.4g}" == head), None)
+    shape = next((s for s in shapes(spec) if s.label == tail), None)
+    if budget is not None and shape is not None:
+        return float(budget), shape
+    raise ValueError(f"{SCALING_POINT}={label!r} is not a point of this study's grid")
+
+
+def point_values(spec: StudySpec, label: str) -> dict[str, Any]:
+    """The dotted ``model.*`` fields and ``train.flops`` of a label's point."""
+    budget, shape = parse_label(spec, label)
+    return {**{f"model.{k}": v for k, v in shape.fields().items()}, "train.flops": budget}
+
+
+
+
+def _rule_shape(spec: StudySpec, width: int, depth: int | None = None) -> Shape:
+    """The size rule's shape at ``width``.
+
+    Depth: from the aspect; else ``depth`` (a listed depth paired with the width); else the
+    rule's one depth, or the last of its list for a width past the list.
+    """
+    rule = scaling_section(spec).rule
+    if rule.aspect is not None:
+        depth = max(1, round(width / rule.aspect))
+    elif depth is None:
+        depth = rule.n_layers[-1] if isinstance(rule.n_layers, list) else int(rule.n_layers)
+    return Shape(width, depth, width // rule.d_head, max(1, round(rule.d_ff_ratio * width)))
+
+
+def _price(spec: StudySpec, shape: Shape) -> Candidate:
+    model, _ = configs(spec, shape, scaling_section(spec).budgets[0])
+    return Candidate(shape, param_count(model), non_embedding_param_count(model),
+                     flops_per_token(model, train=True))
+
+
+def nearest_shapes(spec: StudySpec, n_params: float, *, k: int = 3) -> list[Candidate]:
+    """The ``k`` shapes of the study's size rule nearest to ``n_params`` (in log N).
+
+    A ``rule`` extends past the study's widths: every multiple of the width step (the range's
+    ``step``, else ``d_head``) is a shape, depth from ``aspect`` (a list of depths keeps its
+    last depth beyond the list); a ``ladder`` offers its rungs only.
+
+    Returns:
+        Candidates, smallest N first.
+    """
+    sc = scaling_section(spec)
+    if sc.ladder is not None:
+        pool = candidates(spec)
+    else:
+        rule = sc.rule
+        step = rule.d_model.step if not isinstance(rule.d_model, list) else rule.d_head
+        step = step * rule.d_head // math.gcd(step, rule.d_head)  # heads must divide
+        pool, m = [], 1
+        while True:
+            cand = _price(spec, _rule_shape(spec, step * m))
+            pool.append(cand)
+            if cand.n_params > 4 * n_params and len(pool) >= k:
+                break
+            # Grow the stride with the width so huge targets stay a few hundred shapes.
+            m += max(1, m // 64)
+    pool.sort(key=lambda c: abs(math.log(c.n_params / n_params)))
+    return sorted(pool[:k], key=lambda c: c.n_params)
