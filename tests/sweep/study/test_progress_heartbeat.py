@@ -86,12 +86,10 @@ search: {executor: optuna, sampler: random, pruner: none, n_trials: 1}
 
 
 def test_the_summary_reads_pbt_final_values_from_the_runs_tags(tmp_path):
-    import pandas as pd
     from mlflow import MlflowClient
 
-    from sweep.cli.study import _pbt_final_values
     from sweep.schema import mutation_key
-    from sweep.tracking import ensure_store
+    from sweep.tracking import ensure_store, mutated_params
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     ensure_store(uri)
@@ -100,6 +98,6 @@ def test_the_summary_reads_pbt_final_values_from_the_runs_tags(tmp_path):
     mutated = client.create_run(experiment, tags={mutation_key("train.lr"): "0.0031",
                                                   mutation_key("donor"): "2"}).info.run_id
     plain = client.create_run(experiment).info.run_id
-    found = _pbt_final_values(uri, pd.DataFrame({"run_id": [mutated, plain]}))
+    found = mutated_params(uri, [mutated, plain])
     assert found == {mutated: {"train.lr": 0.0031}, plain: {}}
     assert format_params({"train.lr": 0.001}, mutated=found[mutated]) == "lr=0.001->0.0031"
