@@ -16,7 +16,7 @@ good on a large one. It never changes a tensor's shape: parameter counts, FLOPs 
   EleutherAI's nanoGPT-mup ``completep`` branch), with depth_mult m_L = n_layers /
   base_n_layers and alpha = ``completep_alpha``.
 
-Each parameter has a role (`ROLES`), given by `sweep_models.transformer.Transformer.param_roles`:
+Each parameter has a role (`ROLES`), given by `sweep_models.blocks.LanguageModel.param_roles`:
 
 - ``embedding``: the token embedding (also the tied output projection) and a learned position
   table. A vector-like tensor in muP terms (one width dimension).
