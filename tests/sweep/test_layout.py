@@ -178,8 +178,7 @@ MODULES_OVER = {
     "sweep/study/preflight.py", "sweep/tracking/trial_run.py", "sweep/train/trainer.py",
 }
 FUNCTIONS_OVER = {
-    "models/sweep_models/cost/encoder_decoder.py:encoder_decoder_memory",
-    "models/sweep_models/cost/memory.py:block_terms", "sweep/cli/analyze.py:scaling",
+    "sweep/cli/analyze.py:scaling",
     "sweep/cli/coord.py:coord_check", "sweep/cli/results.py:results",
     "sweep/executors/ray/executor.py:run", "sweep/scaling/envelope.py:fit_envelope",
     "sweep/scaling/parametric.py:fit_parametric",

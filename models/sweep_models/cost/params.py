@@ -28,6 +28,7 @@ from sweep_models.config import ModelConfig
 
 __all__ = [
     "block_bias_params",
+    "block_linear_params",
     "block_matmul_params",
     "block_params",
     "cross_attn_params",
@@ -89,6 +90,18 @@ def cross_attn_params(config: ModelConfig) -> int:
 def decoder_block_params(config: ModelConfig) -> int:
     """One block of an encoder-decoder model's decoder: a block, a third norm, cross-attention."""
     return block_params(config) + norm_params(config) + cross_attn_params(config)
+
+
+def block_linear_params(config: ModelConfig) -> int:
+    """Weights and biases of every block's Linear layers, a decoder block's cross-attention too.
+
+    What bf16 autocast copies, with the output projection.
+    """
+    per_block = block_matmul_params(config) + block_bias_params(config)
+    if config.arch == "encoder_decoder":
+        return ((config.n_encoder_layers + config.n_decoder_layers) * per_block
+                + config.n_decoder_layers * cross_attn_params(config))
+    return config.n_layers * per_block
 
 
 def position_rows(config: ModelConfig) -> int:
