@@ -23,6 +23,7 @@ from torch import nn
 from sweep_models import parametrization
 from sweep_models.attention import CrossAttention, SelfAttention
 from sweep_models.config import ModelConfig
+from sweep_models.errors import required
 
 __all__ = [
     "MLP",
@@ -76,9 +77,10 @@ class MLP(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.c_fc = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
+        d_ff = required("d_ff", config.d_ff)
+        self.c_fc = nn.Linear(config.d_model, d_ff, bias=config.bias)
         self.act = nn.GELU(approximate="tanh") if config.activation == "gelu" else nn.ReLU()
-        self.c_proj = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+        self.c_proj = nn.Linear(d_ff, config.d_model, bias=config.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.c_proj(self.act(self.c_fc(x)))
@@ -93,9 +95,10 @@ class SwiGLU(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.c_fc = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
-        self.c_gate = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
-        self.c_proj = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+        d_ff = required("d_ff", config.d_ff)
+        self.c_fc = nn.Linear(config.d_model, d_ff, bias=config.bias)
+        self.c_gate = nn.Linear(config.d_model, d_ff, bias=config.bias)
+        self.c_proj = nn.Linear(d_ff, config.d_model, bias=config.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # up before gate: the order autograd accumulates the two gradients of x in

@@ -43,6 +43,7 @@ from sweep_models import parametrization
 from sweep_models.attention import CrossAttention, RotaryEmbedding, SelfAttention
 from sweep_models.blocks import Block, LanguageModel, SinusoidalEmbedding, feed_forward, norm_layer
 from sweep_models.config import ModelConfig
+from sweep_models.errors import required
 
 __all__ = ["DecoderBlock", "EncoderDecoder", "PostNormDecoderBlock", "PreNormDecoderBlock"]
 
@@ -114,7 +115,10 @@ class EncoderDecoder(LanguageModel):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
-        n_pos = max(config.src_len, config.tgt_len)
+        src_len = required("src_len", config.src_len)
+        n_enc = required("n_encoder_layers", config.n_encoder_layers)
+        n_dec = required("n_decoder_layers", config.n_decoder_layers)
+        n_pos = max(src_len, config.seq_len - src_len)  # the longer stack's tokens
         self.wte = nn.Embedding(config.vocab_size, config.d_model)
         self.wpe: nn.Module | None = None
         if config.pos_encoding == "learned":
@@ -125,21 +129,22 @@ class EncoderDecoder(LanguageModel):
                      if config.pos_encoding == "rope" else None)
         self.drop = nn.Dropout(config.dropout)
         encoder = [Block.build(config, SelfAttention(config, rope=self.rope, causal=False))
-                   for _ in range(config.n_encoder_layers)]
+                   for _ in range(n_enc)]
         self.encoder = nn.ModuleList(encoder)
         self.ln_enc = norm_layer(config) if config.norm_position == "pre" else nn.Identity()
-        decoder = [DecoderBlock.build(config, self.rope) for _ in range(config.n_decoder_layers)]
+        decoder = [DecoderBlock.build(config, self.rope) for _ in range(n_dec)]
         self.decoder = nn.ModuleList(decoder)
         self._build_readout(config)
         self._init_by_role()  # then the residual projections again, as GPT-2 does
         hidden_std = parametrization.init_std(config, "hidden")
-        enc_std = hidden_std / math.sqrt(2 * config.n_encoder_layers)
-        dec_std = hidden_std / math.sqrt(3 * config.n_decoder_layers)
+        enc_std = hidden_std / math.sqrt(2 * n_enc)
+        dec_std = hidden_std / math.sqrt(3 * n_dec)
         for block in encoder:
             for proj in (block.attn.c_proj, block.mlp.c_proj):
                 nn.init.normal_(proj.weight, mean=0.0, std=enc_std)
-        for block in decoder:
-            for proj in (block.attn.c_proj, block.cross_attn.c_proj, block.mlp.c_proj):
+        for dec_block in decoder:
+            for proj in (dec_block.attn.c_proj, dec_block.cross_attn.c_proj,
+                         dec_block.mlp.c_proj):
                 nn.init.normal_(proj.weight, mean=0.0, std=dec_std)
 
     def _embed(self, idx: torch.Tensor) -> torch.Tensor:
@@ -156,7 +161,7 @@ class EncoderDecoder(LanguageModel):
         return self.ln_enc(x)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        t, s = idx.shape[1], self.config.src_len
+        t, s = idx.shape[1], required("src_len", self.config.src_len)
         if t > self.config.seq_len:
             raise ValueError(f"sequence of length {t} exceeds seq_len={self.config.seq_len}")
         if t <= s:

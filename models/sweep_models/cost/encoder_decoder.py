@@ -37,6 +37,8 @@ from sweep_models.cost.memory import (
     block_terms,
     step_memory,
 )
+from sweep_models.cost.params import stack_depths
+from sweep_models.errors import required
 
 __all__ = ["encoder_decoder_memory"]
 
@@ -73,8 +75,9 @@ def encoder_decoder_memory(config: ModelConfig, step: TrainingStep) -> MemoryEst
         are not checked; `sweep_models.cost.estimate` checks them.
     """
     d = config.d_model
-    s, t_dec = config.src_len, step.seq_len - config.src_len
-    n_enc, n_dec = config.n_encoder_layers, config.n_decoder_layers
+    s = required("src_len", config.src_len)
+    t_dec = step.seq_len - s
+    n_enc, n_dec = stack_depths(config)
     enc = block_terms(config, step, s)
     dec = block_terms(config, step, t_dec)
     cross_target, cross_source = _cross_bytes(config, enc, s)

@@ -48,6 +48,7 @@ from typing import Literal, get_args
 
 from sweep_models.config import ModelConfig
 from sweep_models.cost.params import block_linear_params, param_count, position_rows, qkv_width
+from sweep_models.errors import required
 
 __all__ = [
     "BlockTerms",
@@ -258,7 +259,7 @@ def block_terms(config: ModelConfig, step: TrainingStep, seq_len: int) -> BlockT
     Returns:
         A `BlockTerms`, in bytes (module docstring: what each tensor is).
     """
-    d, f = config.d_model, config.d_ff
+    d, f = config.d_model, required("d_ff", config.d_ff)
     # matmul outputs: bf16 under autocast; the residual stream, norm inputs and outputs: fp32
     # also under autocast, of which each Linear saves a bf16 copy
     matmul_bytes, residual_bytes = step.matmul_bytes, FP32_BYTES
@@ -316,7 +317,7 @@ def _largest_param(config: ModelConfig) -> int:
     """Elements of the model's largest parameter tensor."""
     d = config.d_model
     # a cross-attention's Linear(d, 2 d_kv) is always below the QKV's Linear(d, d + 2 d_kv)
-    return max(config.vocab_size * d, d * qkv_width(config), d * config.d_ff,
+    return max(config.vocab_size * d, d * qkv_width(config), d * required("d_ff", config.d_ff),
                position_rows(config) * d if config.pos_encoding == "learned" else 0)
 
 
