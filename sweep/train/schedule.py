@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 
+from sweep.train.config import Schedule
+
 __all__ = ["lr_factor", "wsd_cooldown_start", "wsd_stable_end"]
 
 
@@ -48,7 +50,7 @@ def wsd_stable_end(total_tokens: int, step_tokens: int, warmup_tokens: int,
 
 
 def lr_factor(
-    schedule: str,
+    schedule: Schedule,
     done: float,
     total: float,
     warmup: float,
