@@ -230,6 +230,13 @@ class Budget:
     warmup_tokens: int | None
     eval_every: int
 
+    def spent(self, steps: int, seconds: float) -> bool:
+        """Whether ``steps`` optimizer steps, taking ``seconds`` seconds, use the budget up."""
+        if self.seconds is not None:
+            return seconds >= self.seconds
+        assert self.total_steps is not None  # resolve_budget sets it for every other budget
+        return steps >= self.total_steps
+
 
 def resolve_budget(train: TrainConfig, model: ModelConfig) -> Budget:
     """Resolve the budget, accumulation and evaluation interval for ``model``.

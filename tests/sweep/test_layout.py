@@ -176,7 +176,7 @@ MODULES_OVER = {
     "sweep/executors/optuna/executor.py",
     "sweep/executors/ray/executor.py", "sweep/scaling/parametric.py", "sweep/scaling/report.py",
     "sweep/schema.py", "sweep/space/grid.py", "sweep/spec/rules.py", "sweep/spec/schema.py",
-    "sweep/study/preflight.py", "sweep/tracking/trial_run.py", "sweep/train/trainer.py",
+    "sweep/study/preflight.py", "sweep/tracking/trial_run.py",
 }
 FUNCTIONS_OVER = {
     "models/sweep_models/cost/encoder_decoder.py:encoder_decoder_memory",
