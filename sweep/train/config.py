@@ -29,9 +29,9 @@ Precision = Literal["auto", "fp32", "bf16"]
 #: The budget fields, exactly one of which a config sets.
 BudgetKind = Literal["tokens", "flops", "steps", "seconds"]
 
-SCHEDULES: tuple[Schedule, ...] = get_args(Schedule)
-PRECISIONS: tuple[Precision, ...] = get_args(Precision)
-BUDGET_FIELDS: tuple[BudgetKind, ...] = get_args(BudgetKind)
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+BUDGET_FIELDS: tuple[str, ...] = get_args(BudgetKind)
 #: Hyperparameters a live `sweep.train.Trainer` can change between steps without changing any
 #: tensor's shape (population-based training), with the config section each belongs to.
 LIVE_HPARAMS = {"lr": "train", "weight_decay": "train", "betas": "train", "grad_clip": "train",
@@ -167,7 +167,7 @@ class TrainConfig:
     @property
     def budget_kind(self) -> BudgetKind:
         """Which budget field is set: ``tokens``, ``flops``, ``steps`` or ``seconds``."""
-        return next(name for name in BUDGET_FIELDS if getattr(self, name) is not None)
+        return next(name for name in get_args(BudgetKind) if getattr(self, name) is not None)
 
     def to_dict(self) -> dict[str, Any]:
         """Flat dict of plain values; ``betas`` as a list. `from_dict` inverts it."""
