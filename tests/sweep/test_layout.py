@@ -170,9 +170,8 @@ MAX_FUNCTION_LINES = 80
 #: Modules and functions over those sizes, still to split (these lists only shrink).
 MODULES_OVER = {
     "sweep/cli/analyze.py", "sweep/cli/study.py",
-    "sweep/data/corpus.py", "sweep/scaling/parametric.py", "sweep/scaling/report.py",
-    "sweep/schema.py",
-    "sweep/study/preflight.py", "sweep/tracking/trial_run.py", "sweep/train/trainer.py",
+    "sweep/scaling/parametric.py", "sweep/scaling/report.py", "sweep/schema.py",
+    "sweep/study/preflight.py", "sweep/tracking/trial_run.py",
 }
 FUNCTIONS_OVER = {
     "sweep/cli/analyze.py:scaling",
