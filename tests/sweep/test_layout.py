@@ -181,8 +181,7 @@ FUNCTIONS_OVER = {
     "models/sweep_models/cost/encoder_decoder.py:encoder_decoder_memory",
     "models/sweep_models/cost/memory.py:block_terms", "sweep/cli/analyze.py:scaling",
     "sweep/cli/coord.py:coord_check", "sweep/cli/results.py:results",
-    "sweep/executors/ray/executor.py:run", "sweep/scaling/envelope.py:fit_envelope",
-    "sweep/study/driver.py:_run",
+    "sweep/executors/ray/executor.py:run", "sweep/study/driver.py:_run",
     "sweep/tracking/study_run.py:finish",
 }
 
