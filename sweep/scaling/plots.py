@@ -4,14 +4,13 @@ One function per figure, each returning the ``matplotlib.figure.Figure``: the Is
 (`isoflop_figure`), the compute-optimal frontier (`frontier_figure`), loss against N and D with
 the parametric fit (`parametric_figure`) and its residuals (`residuals_figure`);
 `report_figures` draws every one the report's fits allow and `write_figures` saves them as PNG.
-Drawn with the Agg backend unless pyplot is already in use (as `sweep.results.plots`).
+Drawn with `sweep.plotting`'s backend: Agg unless pyplot is already in use.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sweep.plotting import colours, pyplot
 from sweep.scaling.report import FLOP_CONVENTION, ScalingReport, optimal_rows
 from sweep.scaling.result import FitResult
 from sweep.scaling.runs import LOSS
@@ -37,22 +37,8 @@ _SYMBOL = {METRIC_BUDGET_FLOPS: "C", METRIC_N_PARAMS: "N", METRIC_N_TOKENS: "D"}
 _MAX_LINES = 10
 
 
-def _pyplot() -> Any:
-    import matplotlib
-
-    if "matplotlib.pyplot" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _column(points: pd.DataFrame, name: str) -> np.ndarray:
     return pd.to_numeric(points[name], errors="coerce").to_numpy(dtype=float)
-
-
-def _colours(plt: Any, n: int) -> list:
-    return [plt.get_cmap("viridis")(x) for x in np.linspace(0.0, 0.9, max(n, 1))]
 
 
 def isoflop_figure(fit: FitResult, points: pd.DataFrame) -> Any:
@@ -66,10 +52,10 @@ def isoflop_figure(fit: FitResult, points: pd.DataFrame) -> Any:
         The figure: points per budget, each parabola over its sampled N, its vertex as a star
         (hollow when flagged and left out of the power laws).
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     budget, n, loss = (_column(points, c) for c in (METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, LOSS))
-    for colour, curve in zip(_colours(plt, len(fit.curves)), fit.curves, strict=True):
+    for colour, curve in zip(colours(len(fit.curves)), fit.curves, strict=True):
         at = budget == curve.budget_flops
         ax.scatter(n[at], loss[at], color=colour, s=18, label=f"C = {curve.budget_flops:.2g}")
         c0, c1, c2 = curve.coefficients
@@ -100,14 +86,14 @@ def frontier_figure(report: ScalingReport) -> Any:
     fitted = {k: r for k, r in report.results.items() if r.ok}
     if not fitted:
         raise ValueError("no approach was fitted")
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     known = list(report.budgets)
     six_nd = 6 * _column(report.points, METRIC_N_PARAMS) * _column(report.points,
                                                                    METRIC_N_TOKENS)
     known += [float(x) for x in six_nd[np.isfinite(six_nd) & (six_nd > 0)]]
     grid = np.geomspace(min(known), max(known), 60)
-    for colour, (key, result) in zip(_colours(plt, len(fitted)), fitted.items(), strict=True):
+    for colour, (key, result) in zip(colours(len(fitted)), fitted.items(), strict=True):
         fit = result.fit
         rows = optimal_rows(fit, grid)
         ax.plot(grid, [r.n_params for r in rows], color=colour,
@@ -145,8 +131,7 @@ def _groups(points: pd.DataFrame, other: str) -> tuple[str | None, np.ndarray]:
     return None, values
 
 
-def _law_panel(ax: Any, plt: Any, fit: FitResult, points: pd.DataFrame, x_name: str,
-               other: str) -> None:
+def _law_panel(ax: Any, fit: FitResult, points: pd.DataFrame, x_name: str, other: str) -> None:
     x, y = _column(points, x_name), _column(points, LOSS)
     key, labels = _groups(points, other)
     if key is None:
@@ -155,7 +140,7 @@ def _law_panel(ax: Any, plt: Any, fit: FitResult, points: pd.DataFrame, x_name: 
         ax.scatter(x, fit.predict(n, d), s=14, marker="x", color="C1", label="fit")
     else:
         values = np.unique(labels)
-        for colour, value in zip(_colours(plt, values.size), values, strict=True):
+        for colour, value in zip(colours(values.size), values, strict=True):
             at = labels == value
             ax.scatter(x[at], y[at], s=14, color=colour, label=f"{_SYMBOL[key]} = {value:.3g}")
             line = np.geomspace(x[at].min(), x[at].max(), 60)
@@ -181,10 +166,10 @@ def parametric_figure(fit: FitResult, points: pd.DataFrame, title: str = "") -> 
         points: The points it was fitted to.
         title: The figure's title (default: the fitted law).
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
-    _law_panel(axes[0], plt, fit, points, METRIC_N_PARAMS, METRIC_N_TOKENS)
-    _law_panel(axes[1], plt, fit, points, METRIC_N_TOKENS, METRIC_N_PARAMS)
+    _law_panel(axes[0], fit, points, METRIC_N_PARAMS, METRIC_N_TOKENS)
+    _law_panel(axes[1], fit, points, METRIC_N_TOKENS, METRIC_N_PARAMS)
     p = fit.params
     fig.suptitle(title or (f"L = {p['E']:.3g} + {p['A']:.3g} / N^{p['alpha']:.3f} + "
                            f"{p['B']:.3g} / D^{p['beta']:.3f}"))
@@ -207,7 +192,7 @@ def residuals_figure(report: ScalingReport) -> Any:
         raise ValueError("no fit of L(N, D) to show residuals of")
     n, d = _column(report.points, METRIC_N_PARAMS), _column(report.points, METRIC_N_TOKENS)
     log_loss = np.log(_column(report.points, LOSS))
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for i, (key, fit) in enumerate(fits.items()):
         residuals = log_loss - np.log(fit.predict(n, d))
@@ -251,7 +236,7 @@ def report_figures(report: ScalingReport) -> dict[str, Any]:
 
 def close_figures(figures: Mapping[str, Any]) -> None:
     """Release the figures of `report_figures`."""
-    plt = _pyplot()
+    plt = pyplot()
     for figure in figures.values():
         plt.close(figure)
 
