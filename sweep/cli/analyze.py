@@ -243,7 +243,9 @@ def scaling(
     if study is not None and tracking_uri is None:
         _check_local_store(study)
 
-    from sweep.scaling.report import analyze, log_report, parse_approaches, report_json
+    from sweep.scaling.approaches import parse_approaches
+    from sweep.scaling.report import analyze
+    from sweep.scaling.report_json import log_report, report_json
     from sweep.scaling.runs import N_PARAMS_CONVENTIONS, PointsError, read_csv_points
 
     try:

@@ -19,9 +19,10 @@ import numpy as np
 import pandas as pd
 
 from sweep.plotting import colours, pyplot
+from sweep.scaling.isoflop import IsoFLOPFit
 from sweep.scaling.report import FLOP_CONVENTION, ScalingReport, optimal_rows
 from sweep.scaling.result import FitResult
-from sweep.scaling.runs import LOSS
+from sweep.scaling.runs import LOSS, column
 from sweep.schema import METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, METRIC_N_TOKENS
 
 __all__ = ["close_figures", "frontier_figure", "isoflop_figure", "parametric_figure",
@@ -37,15 +38,11 @@ _SYMBOL = {METRIC_BUDGET_FLOPS: "C", METRIC_N_PARAMS: "N", METRIC_N_TOKENS: "D"}
 _MAX_LINES = 10
 
 
-def _column(points: pd.DataFrame, name: str) -> np.ndarray:
-    return pd.to_numeric(points[name], errors="coerce").to_numpy(dtype=float)
-
-
-def isoflop_figure(fit: FitResult, points: pd.DataFrame) -> Any:
+def isoflop_figure(fit: IsoFLOPFit, points: pd.DataFrame) -> Any:
     """Loss against N at each FLOP budget, the fitted parabolas and their minima (approach 2).
 
     Args:
-        fit: A `sweep.scaling.isoflop.IsoFLOPFit` (its ``curves``).
+        fit: The approach 2 fit (its ``curves``).
         points: The points it was fitted to (``budget_flops``, ``n_params``, ``loss``).
 
     Returns:
@@ -54,7 +51,7 @@ def isoflop_figure(fit: FitResult, points: pd.DataFrame) -> Any:
     """
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    budget, n, loss = (_column(points, c) for c in (METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, LOSS))
+    budget, n, loss = (column(points, c) for c in (METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, LOSS))
     for colour, curve in zip(colours(len(fit.curves)), fit.curves, strict=True):
         at = budget == curve.budget_flops
         ax.scatter(n[at], loss[at], color=colour, s=18, label=f"C = {curve.budget_flops:.2g}")
@@ -83,18 +80,16 @@ def frontier_figure(report: ScalingReport) -> Any:
     Raises:
         ValueError: The report has no fitted approach.
     """
-    fitted = {k: r for k, r in report.results.items() if r.ok}
+    fitted = {k: (r, r.fit) for k, r in report.results.items() if r.fit is not None}
     if not fitted:
         raise ValueError("no approach was fitted")
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     known = list(report.budgets)
-    six_nd = 6 * _column(report.points, METRIC_N_PARAMS) * _column(report.points,
-                                                                   METRIC_N_TOKENS)
+    six_nd = 6 * column(report.points, METRIC_N_PARAMS) * column(report.points, METRIC_N_TOKENS)
     known += [float(x) for x in six_nd[np.isfinite(six_nd) & (six_nd > 0)]]
     grid = np.geomspace(min(known), max(known), 60)
-    for colour, (key, result) in zip(colours(len(fitted)), fitted.items(), strict=True):
-        fit = result.fit
+    for colour, (key, (result, fit)) in zip(colours(len(fitted)), fitted.items(), strict=True):
         rows = optimal_rows(fit, grid)
         ax.plot(grid, [r.n_params for r in rows], color=colour,
                 label=f"approach {key}: a = {result.params['a']:.3f}")
@@ -122,21 +117,21 @@ def frontier_figure(report: ScalingReport) -> Any:
 
 def _groups(points: pd.DataFrame, other: str) -> tuple[str | None, np.ndarray]:
     """How to draw fitted lines: along each IsoFLOP budget, at each value of ``other``, or not."""
-    budget = _column(points, METRIC_BUDGET_FLOPS)
+    budget = column(points, METRIC_BUDGET_FLOPS)
     if np.isfinite(budget).all() and np.unique(budget).size <= _MAX_LINES:
         return METRIC_BUDGET_FLOPS, budget
-    values = _column(points, other)
+    values = column(points, other)
     if np.unique(values).size <= _MAX_LINES:
         return other, values
     return None, values
 
 
 def _law_panel(ax: Any, fit: FitResult, points: pd.DataFrame, x_name: str, other: str) -> None:
-    x, y = _column(points, x_name), _column(points, LOSS)
+    x, y = column(points, x_name), column(points, LOSS)
     key, labels = _groups(points, other)
     if key is None:
         ax.scatter(x, y, s=14, color="C0", label="trials")
-        n, d = _column(points, METRIC_N_PARAMS), _column(points, METRIC_N_TOKENS)
+        n, d = column(points, METRIC_N_PARAMS), column(points, METRIC_N_TOKENS)
         ax.scatter(x, fit.predict(n, d), s=14, marker="x", color="C1", label="fit")
     else:
         values = np.unique(labels)
@@ -187,11 +182,11 @@ def residuals_figure(report: ScalingReport) -> Any:
         ValueError: No L(N, D) fit was made.
     """
     fits = {k: r.fit for k, r in report.results.items()
-            if r.ok and {"alpha", "beta"} <= set(r.fit.params)}
+            if r.fit is not None and {"alpha", "beta"} <= set(r.fit.params)}
     if not fits:
         raise ValueError("no fit of L(N, D) to show residuals of")
-    n, d = _column(report.points, METRIC_N_PARAMS), _column(report.points, METRIC_N_TOKENS)
-    log_loss = np.log(_column(report.points, LOSS))
+    n, d = column(report.points, METRIC_N_PARAMS), column(report.points, METRIC_N_TOKENS)
+    log_loss = np.log(column(report.points, LOSS))
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for i, (key, fit) in enumerate(fits.items()):
@@ -217,12 +212,12 @@ def report_figures(report: ScalingReport) -> dict[str, Any]:
     """
     draws: dict[str, Any] = {}
     for key, result in report.results.items():
-        if result.ok and hasattr(result.fit, "curves"):
-            draws["isoflop_curves"] = (lambda f=result.fit: isoflop_figure(f, report.points))
-        elif result.ok and {"alpha", "beta"} <= set(result.fit.params):
+        fit = result.fit
+        if isinstance(fit, IsoFLOPFit):
+            draws["isoflop_curves"] = (lambda f=fit: isoflop_figure(f, report.points))
+        elif fit is not None and {"alpha", "beta"} <= set(fit.params):
             draws[f"loss_vs_n_and_d_{key}"] = (
-                lambda f=result.fit, r=result: parametric_figure(f, report.points,
-                                                                 r.approach.title))
+                lambda f=fit, r=result: parametric_figure(f, report.points, r.approach.title))
     draws["frontier"] = lambda: frontier_figure(report)
     draws["residuals"] = lambda: residuals_figure(report)
     figures = {}
