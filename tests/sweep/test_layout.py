@@ -171,7 +171,7 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 #: Modules and functions over those sizes, still to split (these lists only shrink).
 MODULES_OVER = {
-    "sweep/cli/analyze.py", "sweep/cli/study.py",
+    "sweep/cli/study.py",
     "sweep/data/corpus.py", "sweep/executors/optuna/executor.py",
     "sweep/executors/ray/executor.py",
     "sweep/schema.py", "sweep/space/grid.py", "sweep/spec/rules.py", "sweep/spec/schema.py",
@@ -179,7 +179,7 @@ MODULES_OVER = {
 }
 FUNCTIONS_OVER = {
     "models/sweep_models/cost/encoder_decoder.py:encoder_decoder_memory",
-    "models/sweep_models/cost/memory.py:block_terms", "sweep/cli/analyze.py:scaling",
+    "models/sweep_models/cost/memory.py:block_terms",
     "sweep/cli/coord.py:coord_check", "sweep/cli/results.py:results",
     "sweep/executors/ray/executor.py:run", "sweep/study/driver.py:_run",
     "sweep/tracking/study_run.py:finish",
