@@ -218,13 +218,9 @@ def coord_figure(frame: pd.DataFrame, path: Path | str | None = None) -> Any:
     Raises:
         OSError: The PNG cannot be written.
     """
-    import sys
+    from sweep.plotting import pyplot
 
-    import matplotlib
-
-    if "matplotlib.pyplot" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     pars = list(dict.fromkeys(frame["parametrization"]))
     steps = sorted(frame["t"].unique())
