@@ -35,14 +35,19 @@ model and shared by every layer: nothing is threaded through the blocks' calls, 
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from sweep_models.config import ModelConfig
+from sweep_models.errors import required
 from sweep_models.parametrization import attn_scale
 from sweep_models.patterns import AttnLayout
+
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
 
 __all__ = [
     "CrossAttention",
@@ -71,15 +76,17 @@ def attention_mask(layout: AttnLayout, device: torch.device | str | None = None)
     keep = dist >= 0 if layout.causal else torch.ones(t, t, dtype=torch.bool)
     d = dist.abs()
     if layout.pattern == "local":
-        keep &= d < layout.window
+        keep &= d < required("window", layout.window)
     elif layout.pattern == "strided":
-        keep &= (d < layout.stride) | (d % layout.stride == 0)
+        stride = required("stride", layout.stride)
+        keep &= (d < stride) | (d % stride == 0)
     elif layout.pattern == "block_sparse":
-        n_blocks = len(layout.key_blocks)
+        key_blocks = required("key_blocks", layout.key_blocks)
+        n_blocks = len(key_blocks)
         blocks = torch.zeros(n_blocks, n_blocks, dtype=torch.bool)
-        for qb, row in enumerate(layout.key_blocks):
+        for qb, row in enumerate(key_blocks):
             blocks[qb, list(row)] = True
-        b = layout.block_size
+        b = required("block_size", layout.block_size)
         keep &= blocks.repeat_interleave(b, 0).repeat_interleave(b, 1)[:t, :t]
     return keep.to(device) if device is not None else keep
 
@@ -123,6 +130,9 @@ class RotaryEmbedding(nn.Module):
     config, so not in state dicts); one instance serves every layer of a model.
     """
 
+    cos: torch.Tensor
+    sin: torch.Tensor
+
     def __init__(self, seq_len: int, d_head: int, base: float) -> None:
         super().__init__()
         cos, sin = rope_tables(seq_len, d_head, base)
@@ -143,16 +153,18 @@ class SparseMask(nn.Module):
     device rather than once per layer.
     """
 
+    mask: torch.Tensor
+
     def __init__(self, layout: AttnLayout) -> None:
         super().__init__()
         self.register_buffer("mask", attention_mask(layout), persistent=False)
-        self._block_masks: dict[tuple, object] = {}
+        self._block_masks: dict[tuple[int, torch.device, int], BlockMask] = {}
 
     def keep(self, t: int) -> torch.Tensor:
         """The bool ``(t, t)`` keep-mask of the first ``t`` positions."""
         return self.mask[:t, :t]
 
-    def block_mask(self, t: int):
+    def block_mask(self, t: int) -> BlockMask:
         """The FlexAttention ``BlockMask`` of the first ``t`` positions."""
         from torch.nn.attention.flex_attention import create_block_mask
 
@@ -196,7 +208,7 @@ class SelfAttention(nn.Module):
         super().__init__()
         self.config = config
         self.n_heads = config.n_heads
-        self.n_kv_heads = config.n_kv_heads
+        self.n_kv_heads = required("n_kv_heads", config.n_kv_heads)
         self.d_head = config.d_head
         # queries (d), keys (d_kv), values (d_kv); d_kv = d_model without grouping
         self._widths = (config.d_model, config.d_kv, config.d_kv)
@@ -259,22 +271,23 @@ class SelfAttention(nn.Module):
         q = q.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
         k = k.view(b, t, self.n_kv_heads, self.d_head).transpose(1, 2)
         v = v.view(b, t, self.n_kv_heads, self.d_head).transpose(1, 2)
-        gqa = {"enable_gqa": True} if self._gqa else {}
         if self.rope is not None:
             q, k = self.rope(q, k)
         dropout_p = self.dropout if self.training else 0.0
         if self.sparse_mask is None:
             y = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout_p, is_causal=self.causal, scale=self.scale, **gqa
+                q, k, v, dropout_p=dropout_p, is_causal=self.causal, scale=self.scale,
+                enable_gqa=self._gqa,
             )
         elif self._use_flex(x):
             y = _flex_attention()(
-                q, k, v, block_mask=self.sparse_mask.block_mask(t), scale=self.scale, **gqa
+                q, k, v, block_mask=self.sparse_mask.block_mask(t), scale=self.scale,
+                enable_gqa=self._gqa,
             )
         else:
             y = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=self.sparse_mask.keep(t), dropout_p=dropout_p,
-                scale=self.scale, **gqa
+                scale=self.scale, enable_gqa=self._gqa,
             )
         # Fused kernels lay y out as (B, T, H, q): the reshape is then a view, not a copy.
         return self.c_proj(y.transpose(1, 2).reshape(b, t, d))
@@ -297,7 +310,7 @@ class CrossAttention(nn.Module):
         super().__init__()
         self.config = config
         self.n_heads = config.n_heads
-        self.n_kv_heads = config.n_kv_heads
+        self.n_kv_heads = required("n_kv_heads", config.n_kv_heads)
         self.d_head = config.d_head
         self._gqa = self.n_kv_heads != self.n_heads
         self.c_q = nn.Linear(config.d_model, config.d_model, bias=config.bias)
@@ -326,7 +339,7 @@ class CrossAttention(nn.Module):
         k, v = self.c_kv(memory).split(self.n_kv_heads * self.d_head, dim=-1)
         k = k.view(b, s, self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, H_kv, T_enc, q)
         v = v.view(b, s, self.n_kv_heads, self.d_head).transpose(1, 2)
-        gqa = {"enable_gqa": True} if self._gqa else {}
         dropout_p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=self.scale, **gqa)
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=self.scale,
+                                           enable_gqa=self._gqa)
         return self.c_proj(y.transpose(1, 2).reshape(b, t, d))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from sweep_models import patterns
-from sweep_models.errors import ConfigError, check_choice, reject_unknown
+from sweep_models.errors import ConfigError, check_choice, reject_unknown, required
 
 __all__ = [
     "ACTIVATIONS",
@@ -223,7 +223,7 @@ class ModelConfig:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
             )
-        if self.n_heads % self.n_kv_heads:
+        if self.n_heads % required("n_kv_heads", self.n_kv_heads):
             raise ConfigError(
                 f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads} "
                 "(each key/value head serves the same number of query heads)"
@@ -265,7 +265,7 @@ class ModelConfig:
             v = getattr(self, name)
             if not is_int(v) or v <= 0:
                 raise ConfigError(f"{name}={v!r} must be a positive integer")
-        if self.src_len >= self.seq_len:
+        if required("src_len", self.src_len) >= self.seq_len:
             raise ConfigError(
                 f"src_len={self.src_len} must be below seq_len={self.seq_len} (the window is "
                 "src_len source tokens, then seq_len - src_len target tokens)"
@@ -308,7 +308,7 @@ class ModelConfig:
     @property
     def d_kv(self) -> int:
         """Width of the keys (and of the values): n_kv_heads * d_head; ``d_model`` for MHA."""
-        return self.n_kv_heads * self.d_head
+        return required("n_kv_heads", self.n_kv_heads) * self.d_head
 
     @property
     def tgt_len(self) -> int | None:

@@ -4,8 +4,9 @@ An encoder of ``n_encoder_layers`` blocks of bidirectional self-attention and FF
 source; a decoder of ``n_decoder_layers`` blocks of causal self-attention, cross-attention over
 the encoder output (sec. 3.2.3: queries from the decoder, keys and values from the encoder) and
 FFN reads the target, and the output projection maps the decoder stream to logits. The blocks'
-modules are `sweep_models.transformer`'s (norms, MLP or SwiGLU, `SelfAttention` with grouped-query
-heads, RoPE), so every option of a decoder-only model means the same here.
+modules are `sweep_models.blocks`' (norms, MLP or SwiGLU, `SelfAttention` with grouped-query
+heads, RoPE), as the decoder-only model's, so every option of a decoder-only model means the same
+here.
 
 How a window is read: the trainer's batches are windows ``x`` of ``seq_len`` tokens with
 targets ``y`` (``x`` shifted by one). The first ``src_len`` tokens of ``x`` are the source (the
@@ -40,15 +41,9 @@ from torch import nn
 
 from sweep_models import parametrization
 from sweep_models.attention import CrossAttention, RotaryEmbedding, SelfAttention
+from sweep_models.blocks import Block, LanguageModel, SinusoidalEmbedding, feed_forward, norm_layer
 from sweep_models.config import ModelConfig
-from sweep_models.transformer import (
-    MLP,
-    Block,
-    LanguageModel,
-    SinusoidalEmbedding,
-    SwiGLU,
-    _norm,
-)
+from sweep_models.errors import required
 
 __all__ = ["DecoderBlock", "EncoderDecoder", "PostNormDecoderBlock", "PreNormDecoderBlock"]
 
@@ -63,12 +58,12 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, config: ModelConfig, rope: RotaryEmbedding | None) -> None:
         super().__init__()
-        self.ln_1 = _norm(config)
+        self.ln_1 = norm_layer(config)
         self.attn = SelfAttention(config, rope=rope, causal=True)
-        self.ln_cross = _norm(config)
+        self.ln_cross = norm_layer(config)
         self.cross_attn = CrossAttention(config)
-        self.ln_2 = _norm(config)
-        self.mlp = SwiGLU(config) if config.activation == "swiglu" else MLP(config)
+        self.ln_2 = norm_layer(config)
+        self.mlp = feed_forward(config)
         self.drop = nn.Dropout(config.dropout)
 
     @staticmethod
@@ -107,7 +102,7 @@ class EncoderDecoder(LanguageModel):
     the mean cross-entropy in nats per target token over ``targets[:, src_len:]`` (targets
     ``(B, T)``; entries of -1 are ignored; the source part of ``targets`` is never read).
 
-    State dict keys: ``wte``, ``wpe``, ``encoder.{i}`` (a `sweep_models.transformer.Block`:
+    State dict keys: ``wte``, ``wpe``, ``encoder.{i}`` (a `sweep_models.blocks.Block`:
     ``ln_1``, ``attn.c_attn``, ``attn.c_proj``, ``ln_2``, ``mlp``), ``ln_enc``,
     ``decoder.{i}`` (``ln_1``, ``attn``, ``ln_cross``, ``cross_attn.c_q``, ``cross_attn.c_kv``,
     ``cross_attn.c_proj``, ``ln_2``, ``mlp``), ``ln_f``, ``lm_head``.
@@ -120,7 +115,10 @@ class EncoderDecoder(LanguageModel):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
-        n_pos = max(config.src_len, config.tgt_len)
+        src_len = required("src_len", config.src_len)
+        n_enc = required("n_encoder_layers", config.n_encoder_layers)
+        n_dec = required("n_decoder_layers", config.n_decoder_layers)
+        n_pos = max(src_len, config.seq_len - src_len)  # the longer stack's tokens
         self.wte = nn.Embedding(config.vocab_size, config.d_model)
         self.wpe: nn.Module | None = None
         if config.pos_encoding == "learned":
@@ -130,24 +128,23 @@ class EncoderDecoder(LanguageModel):
         self.rope = (RotaryEmbedding(n_pos, config.d_head, config.rope_base)
                      if config.pos_encoding == "rope" else None)
         self.drop = nn.Dropout(config.dropout)
-        self.encoder = nn.ModuleList(
-            Block.build(config, SelfAttention(config, rope=self.rope, causal=False))
-            for _ in range(config.n_encoder_layers)
-        )
-        self.ln_enc = _norm(config) if config.norm_position == "pre" else nn.Identity()
-        self.decoder = nn.ModuleList(
-            DecoderBlock.build(config, self.rope) for _ in range(config.n_decoder_layers)
-        )
+        encoder = [Block.build(config, SelfAttention(config, rope=self.rope, causal=False))
+                   for _ in range(n_enc)]
+        self.encoder = nn.ModuleList(encoder)
+        self.ln_enc = norm_layer(config) if config.norm_position == "pre" else nn.Identity()
+        decoder = [DecoderBlock.build(config, self.rope) for _ in range(n_dec)]
+        self.decoder = nn.ModuleList(decoder)
         self._build_readout(config)
         self._init_by_role()  # then the residual projections again, as GPT-2 does
         hidden_std = parametrization.init_std(config, "hidden")
-        enc_std = hidden_std / math.sqrt(2 * config.n_encoder_layers)
-        dec_std = hidden_std / math.sqrt(3 * config.n_decoder_layers)
-        for block in self.encoder:
+        enc_std = hidden_std / math.sqrt(2 * n_enc)
+        dec_std = hidden_std / math.sqrt(3 * n_dec)
+        for block in encoder:
             for proj in (block.attn.c_proj, block.mlp.c_proj):
                 nn.init.normal_(proj.weight, mean=0.0, std=enc_std)
-        for block in self.decoder:
-            for proj in (block.attn.c_proj, block.cross_attn.c_proj, block.mlp.c_proj):
+        for dec_block in decoder:
+            for proj in (dec_block.attn.c_proj, dec_block.cross_attn.c_proj,
+                         dec_block.mlp.c_proj):
                 nn.init.normal_(proj.weight, mean=0.0, std=dec_std)
 
     def _embed(self, idx: torch.Tensor) -> torch.Tensor:
@@ -164,7 +161,7 @@ class EncoderDecoder(LanguageModel):
         return self.ln_enc(x)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        t, s = idx.shape[1], self.config.src_len
+        t, s = idx.shape[1], required("src_len", self.config.src_len)
         if t > self.config.seq_len:
             raise ValueError(f"sequence of length {t} exceeds seq_len={self.config.seq_len}")
         if t <= s:

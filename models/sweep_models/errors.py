@@ -1,8 +1,11 @@
 """The error every invalid model setting raises, and the checks that raise it."""
 
 from collections.abc import Iterable
+from typing import TypeVar
 
-__all__ = ["ConfigError", "check_choice", "reject_unknown"]
+__all__ = ["ConfigError", "check_choice", "reject_unknown", "required"]
+
+T = TypeVar("T")
 
 
 class ConfigError(ValueError):
@@ -40,3 +43,23 @@ def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
     """
     if value not in allowed:
         raise ConfigError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+
+
+def required(name: str, value: T | None) -> T:
+    """The value of an optional field where the config's rules set it, typed as set.
+
+    ``d_ff`` and ``n_kv_heads`` are always set (construction resolves ``None``); the
+    encoder-decoder fields for ``arch="encoder_decoder"``; ``base_d_model`` under muP and
+    CompleteP, ``base_n_layers`` under CompleteP; a pattern's size in its
+    `sweep_models.patterns.AttnLayout`.
+
+    Args:
+        name: The field's name in the message.
+        value: Its value.
+
+    Raises:
+        ConfigError: ``name is unset``: the caller needs a field its config does not have.
+    """
+    if value is None:
+        raise ConfigError(f"{name} is unset")
+    return value

@@ -16,7 +16,7 @@ good on a large one. It never changes a tensor's shape: parameter counts, FLOPs 
   EleutherAI's nanoGPT-mup ``completep`` branch), with depth_mult m_L = n_layers /
   base_n_layers and alpha = ``completep_alpha``.
 
-Each parameter has a role (`ROLES`), given by `sweep_models.transformer.Transformer.param_roles`:
+Each parameter has a role (`ROLES`), given by `sweep_models.blocks.LanguageModel.param_roles`:
 
 - ``embedding``: the token embedding (also the tied output projection) and a learned position
   table. A vector-like tensor in muP terms (one width dimension).
@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 
 from sweep_models.config import ModelConfig
+from sweep_models.errors import required
 
 __all__ = [
     "ADAMW_EPS",
@@ -73,14 +74,14 @@ def width_mult(config: ModelConfig) -> float:
     """
     if config.parametrization == "sp":
         return 1.0
-    return config.d_model / config.base_d_model
+    return config.d_model / required("base_d_model", config.base_d_model)
 
 
 def depth_mult(config: ModelConfig) -> float:
     """m_L = n_layers / base_n_layers under ``completep``, else 1 (Dey et al. 2025, Table 1)."""
     if config.parametrization != "completep":
         return 1.0
-    return config.n_layers / config.base_n_layers
+    return config.n_layers / required("base_n_layers", config.base_n_layers)
 
 
 def attn_scale(config: ModelConfig, attn_temperature: float | None = None) -> float:
@@ -151,7 +152,9 @@ def init_std(config: ModelConfig, role: str) -> float:
         return 0.0  # biases start at zero; norm gains at one (not a normal draw)
     std = INIT_STD
     if role == "hidden_out":
-        depth = config.base_n_layers if config.parametrization == "completep" else config.n_layers
+        depth = config.n_layers
+        if config.parametrization == "completep":
+            depth = required("base_n_layers", config.base_n_layers)
         std /= math.sqrt(2 * depth)
     if role in _HIDDEN_MATRICES:
         std *= width_mult(config) ** -0.5

@@ -25,8 +25,9 @@ import math
 import random
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypedDict
 
-from sweep_models.errors import ConfigError
+from sweep_models.errors import ConfigError, required
 
 __all__ = ["AttnLayout", "PatternError", "derive_layout", "kept_pairs", "total_pairs"]
 
@@ -78,10 +79,24 @@ class AttnLayout:
         if self.pattern == "dense":
             return True
         if self.pattern == "local":
-            return d < self.window
+            return d < required("window", self.window)
         if self.pattern == "strided":
-            return d < self.stride or d % self.stride == 0
-        return (j // self.block_size) in self.key_blocks[i // self.block_size]
+            stride = required("stride", self.stride)
+            return d < stride or d % stride == 0
+        block = required("block_size", self.block_size)
+        return (j // block) in required("key_blocks", self.key_blocks)[i // block]
+
+
+class _Size(TypedDict, total=False):
+    """A pattern's size: the `AttnLayout` fields its pattern sets."""
+
+    window: int
+    stride: int
+    block_size: int
+    n_window_blocks: int
+    n_global_blocks: int
+    n_random_blocks: int
+    key_blocks: tuple[tuple[int, ...], ...]
 
 
 def total_pairs(seq_len: int, causal: bool) -> int:
@@ -168,14 +183,14 @@ def kept_pairs(
     )
 
 
-def _local(seq_len: int, causal: bool) -> list[tuple[int, dict]]:
+def _local(seq_len: int, causal: bool) -> list[tuple[int, _Size]]:
     return [
         (kept_pairs("local", seq_len, causal=causal, window=w), {"window": w})
         for w in range(1, seq_len + 1)
     ]
 
 
-def _strided(seq_len: int, causal: bool) -> list[tuple[int, dict]]:
+def _strided(seq_len: int, causal: bool) -> list[tuple[int, _Size]]:
     # Strides 2..T; at T = 1 the one pair is the diagonal, which stride 1 keeps.
     strides = range(2, seq_len + 1) if seq_len > 1 else (1,)
     return [
@@ -209,9 +224,9 @@ def _block_table(
     return tuple(rows)
 
 
-def _block_sparse(seq_len: int, causal: bool, block: int, seed: int) -> list[tuple[int, dict]]:
+def _block_sparse(seq_len: int, causal: bool, block: int, seed: int) -> list[tuple[int, _Size]]:
     n_blocks = math.ceil(seq_len / block)
-    out = []
+    out: list[tuple[int, _Size]] = []
     for budget in range(1, n_blocks + 1):
         n_window, n_global, n_random = _block_budget_split(budget)
         table = _block_table(n_blocks, n_window, n_global, n_random, causal, seed)
@@ -259,15 +274,19 @@ def derive_layout(
             pattern has at this length (going further would leave some query with no key).
     """
     total = total_pairs(seq_len, causal)
-    base = {"pattern": pattern, "seq_len": seq_len, "causal": causal,
-            "requested_sparsity": float(sparsity), "total_pairs": total}
+
+    def layout(kept: int, size: _Size) -> AttnLayout:
+        return AttnLayout(pattern=pattern, seq_len=seq_len, causal=causal,
+                          requested_sparsity=float(sparsity), sparsity=1.0 - kept / total,
+                          kept_pairs=kept, total_pairs=total, **size)
+
     if pattern == "dense":
         if sparsity > 0:
             raise PatternError(
                 f"attn_sparsity={sparsity} needs a sparse attn_pattern (local, strided, "
                 "block_sparse); attn_pattern='dense' keeps every pair"
             )
-        return AttnLayout(sparsity=0.0, kept_pairs=total, **base)
+        return layout(total, {})
     if pattern == "local":
         candidates = _local(seq_len, causal)
     elif pattern == "strided":
@@ -288,5 +307,5 @@ def derive_layout(
             f"seq_len={seq_len}: its sparsest mask removes {max_sparsity:.4f} of the pairs{why}; "
             f"use attn_sparsity <= {math.floor(max_sparsity * 1e4) / 1e4}"
         )
-    kept, params = min(candidates, key=lambda c: (abs((1.0 - c[0] / total) - sparsity), -c[0]))
-    return AttnLayout(sparsity=1.0 - kept / total, kept_pairs=kept, **params, **base)
+    kept, size = min(candidates, key=lambda c: (abs((1.0 - c[0] / total) - sparsity), -c[0]))
+    return layout(kept, size)

@@ -4,8 +4,9 @@
 how far a transfer study's best learning rate moves with width.
 
 Flags are checked before the fits, MLflow and matplotlib are imported, so bad input exits 2
-at once. The work lives in `sweep.scaling` (`runs`, `report`, `plots`); this module parses,
-prints, and hands the plots and fits to the study's parent run.
+at once. The work lives in `sweep.scaling` (`runs`, `approaches`, `report`, `plots`,
+`transfer`); this module parses, prints (the tables: `sweep.cli.analyze_tables`), and hands the
+plots and fits to the study's parent run (`sweep.tracking`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
 
 from sweep.cli import common
+from sweep.cli.analyze_tables import (
+    excluded_text,
+    print_scaling_report,
+    print_transfer_reports,
+    report_console,
+)
 from sweep.cli.common import app, bad_input
-from sweep.schema import METRIC_N_PARAMS, METRIC_N_TOKENS
-
-_PIPE_WIDTH = 160  # characters a line when printing to a file or pipe
 
 analyze_app = common.command_group(help="Analyses of a study's trials.", no_args_is_help=True)
 app.add_typer(analyze_app, name="analyze")
@@ -83,118 +86,25 @@ def _load_study(study: str, tracking_uri: str | None, n_params: str, curves: boo
     if points.empty:
         bad_input(f"study {points.attrs['study']!r}: none of its {points.attrs['n_trials']} "
                   f"trials trained to the end with a finite loss "
-                  f"(excluded: {_excluded(points.attrs['excluded']) or 'none'})")
+                  f"(excluded: {excluded_text(points.attrs['excluded']) or 'none'})")
     return points, trained
 
 
 def _study_spec(attrs: dict[str, Any]) -> Any:
     """The study's spec from its parent run's ``spec.yaml``, or None when it cannot be read."""
     import yaml
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
+    from mlflow.exceptions import MlflowException  # raised through sweep.tracking as it is
 
     from sweep.schema import SPEC_ARTIFACT
     from sweep.spec import SpecError, parse_spec
-    from sweep.tracking.study_run import load_stored_spec
+    from sweep.tracking import read_stored_spec
 
     try:
-        return parse_spec(load_stored_spec(MlflowClient(attrs["tracking_uri"]),
-                                           attrs["parent_run_id"]))
+        return parse_spec(read_stored_spec(attrs["tracking_uri"], attrs["parent_run_id"]))
     except (SpecError, MlflowException, OSError, KeyError, yaml.YAMLError) as exc:
         common.err_console.print(f"note: no recommended shapes: the study's {SPEC_ARTIFACT} "
                                  f"could not be read ({type(exc).__name__})", highlight=False)
         return None
-
-
-def _excluded(counts: dict[str, int]) -> str:
-    return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items()))
-
-
-def _num(value: float) -> str:
-    return f"{value:.4g}" if isinstance(value, (int, float)) and math.isfinite(value) else "-"
-
-
-def _interval(interval: tuple[float, float] | None) -> str:
-    """``[lo, hi]`` (escaped for rich), or ``-``."""
-    return rf"\[{_num(interval[0])}, {_num(interval[1])}]" if interval else "-"
-
-
-def _with_interval(value: float, interval: tuple[float, float] | None) -> str:
-    return f"{_num(value)} {_interval(interval)}" if interval else _num(value)
-
-
-def _print_report(report: Any, out: Any) -> None:
-    from sweep.scaling.report import FLOP_CONVENTION
-    from sweep.scaling.runs import LOSS
-
-    excluded = _excluded(report.excluded)
-    out.print(f"{report.source}: {len(report.points)} points"
-              f"{f' (excluded: {excluded})' if excluded else ''}; parameter count N: "
-              f"{report.n_params_convention}; FLOPs: {FLOP_CONVENTION}", highlight=False,
-              markup=False)
-    for key, result in report.results.items():
-        out.print(f"\napproach {key}: {result.approach.title}", highlight=False,
-                  style="bold", markup=False)
-        if not result.ok:
-            out.print(f"no fit: {result.error}", highlight=False, markup=False)
-            continue
-        level = f"{result.level:.0%} interval" if result.intervals else "interval"
-        out.print(f"{result.fit.n_points} points; {result.fit.method}", highlight=False,
-                  markup=False)
-        table = Table()
-        table.add_column("parameter")
-        table.add_column("value", justify="right")
-        table.add_column(level, justify="right")
-        for name, value in result.params.items():
-            table.add_row(name, _num(value), _interval(result.intervals.get(name)))
-        out.print(table)
-        optimal = Table(title="compute-optimal models")
-        for header in ("C (FLOPs)", "N_opt (params)", "D_opt (tokens)", "D/N", "loss"):
-            optimal.add_column(header, justify="right")
-        for row in result.optimal:
-            optimal.add_row(
-                _num(row.budget_flops) + (" *" if row.extrapolated else ""),
-                _with_interval(row.n_params, row.intervals.get(METRIC_N_PARAMS)),
-                _with_interval(row.n_tokens, row.intervals.get(METRIC_N_TOKENS)),
-                _num(row.tokens_per_param),
-                _with_interval(row.loss, row.intervals.get(LOSS)))
-        out.print(optimal)
-        out.print(f"{FLOP_CONVENTION}; [{level}] where the bootstrap gives one"
-                  + ("; * beyond the largest budget fitted" if any(
-                      row.extrapolated for row in result.optimal) else ""),
-                  highlight=False, markup=False)
-        for note in result.notes:
-            out.print(f"note: {note}", highlight=False, markup=False)
-    _print_recommendations(report.recommendations, out)
-
-
-def _print_recommendations(rows: list[dict[str, Any]], out: Any) -> None:
-    """Recommended model shapes per target budget (`ScalingReport.recommendations`), if any."""
-    from rich.markup import escape
-
-    if not rows:
-        return
-    table = Table(title="recommended shapes (nearest to N_opt on the study's size rule)")
-    columns = [c for c in dict.fromkeys(k for row in rows for k in row) if c != "spec_fragment"]
-    for column in columns:
-        table.add_column(escape(str(column)))
-    for row in rows:
-        table.add_row(*(_num(v) if isinstance(v, float) else escape(str(v if v is not None
-                                                                        else "-"))
-                        for v in (row.get(c) for c in columns)))
-    out.print(table)
-    seen = set()
-    for row in rows:  # the shape nearest N_opt at each budget, ready to train
-        budget = row["C (FLOPs)"]
-        if budget in seen:
-            continue
-        seen.add(budget)
-        nearest = min((r for r in rows if r["C (FLOPs)"] == budget),
-                      key=lambda r: abs(math.log(r["N"] / r["N_opt"])))
-        out.print(f"\nspec fragment for C={budget:.3g} ({nearest['shape']}; merge into the "
-                  "study's spec in place of its scaling section):", highlight=False,
-                  markup=False)
-        out.print(nearest["spec_fragment"].rstrip(), highlight=False, markup=False)
 
 
 _SCALING_HELP = (
@@ -234,6 +144,37 @@ def scaling(
                                                 "experiment name), e.g. http://host:5000."),
 ) -> None:
     """Fit scaling laws to a study or a CSV table and print the compute-optimal models."""
+    budgets = _scaling_flags(study, csv, budget, tracking_uri)
+    approaches = _approaches(approach, n_params)
+    if csv is not None:
+        points, curves = _csv_points(csv, n_params), None
+    else:
+        points, curves = _load_study(study, tracking_uri, n_params, curves="1" in approaches)
+    folder = _out_folder(out, points, study)  # before the fits, which may take a while
+
+    from sweep.scaling.report import analyze
+
+    report = analyze(points, approaches=approaches, budgets=budgets, curves=curves,
+                     n_bootstrap=bootstrap, seed=seed)
+    if study is not None:
+        from sweep.scaling.recommend import add_recommendations
+
+        add_recommendations(report, _study_spec(points.attrs))
+    done = _scaling_outputs(report, folder, points.attrs if study is not None else None)
+    if as_json:
+        from sweep.scaling.report_json import report_json
+
+        print(json.dumps(report_json(report)))
+    else:
+        print_scaling_report(report, report_console())
+    _print_done(done, as_json)
+    if not any(result.ok for result in report.results.values()):
+        raise typer.Exit(code=1)
+
+
+def _scaling_flags(study: str | None, csv: str | None, budget: list[str] | None,
+                   tracking_uri: str | None) -> list[float]:
+    """The target budgets; exits 2 on a bad flag, before anything heavy is imported."""
     if (study is None) == (csv is None):
         bad_input("give a study (STUDY_OR_DIR) or --csv FILE, not both" if study else
                   "give a study (STUDY_OR_DIR) or --csv FILE")
@@ -242,9 +183,13 @@ def scaling(
         bad_input(f"--csv {csv}: no such file")
     if study is not None and tracking_uri is None:
         _check_local_store(study)
+    return budgets
 
-    from sweep.scaling.report import analyze, log_report, parse_approaches, report_json
-    from sweep.scaling.runs import N_PARAMS_CONVENTIONS, PointsError, read_csv_points
+
+def _approaches(approach: str, n_params: str) -> tuple[str, ...]:
+    """The ``--approach`` keys; exits 2 on an unknown one or an unknown ``--n-params``."""
+    from sweep.scaling.approaches import parse_approaches
+    from sweep.scaling.runs import N_PARAMS_CONVENTIONS
 
     try:
         approaches = parse_approaches(approach)
@@ -252,32 +197,41 @@ def scaling(
         bad_input(str(exc))
     if n_params not in N_PARAMS_CONVENTIONS:
         bad_input(f"--n-params {n_params!r}: choose {' or '.join(N_PARAMS_CONVENTIONS)}")
-    if csv is not None:
-        if n_params != "total":
-            bad_input("--n-params applies to a study; a --csv table's n_params is used as given")
-        try:
-            points, curves = read_csv_points(csv), None
-        except PointsError as exc:
-            bad_input(f"--csv {exc}")
-    else:
-        points, curves = _load_study(study, tracking_uri, n_params, curves="1" in approaches)
+    return approaches
 
+
+def _csv_points(csv: str, n_params: str) -> Any:
+    """The points of ``--csv``; exits 2 when they cannot be read."""
+    from sweep.scaling.runs import PointsError, read_csv_points
+
+    if n_params != "total":
+        bad_input("--n-params applies to a study; a --csv table's n_params is used as given")
+    try:
+        return read_csv_points(csv)
+    except PointsError as exc:
+        bad_input(f"--csv {exc}")
+
+
+def _out_folder(out: str | None, points: Any, study: str | None) -> Path:
+    """``--out`` or the default folder, created; exits 2 when it cannot be."""
     folder = Path(out) if out else _default_out(points, study)
-    try:  # before the fits, which may take a while
+    try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         bad_input(f"--out {folder}: {exc.strerror or exc}")
+    return folder
 
-    report = analyze(points, approaches=approaches, budgets=budgets, curves=curves,
-                     n_bootstrap=bootstrap, seed=seed)
-    if study is not None:
-        from sweep.scaling.recommend import add_recommendations
 
-        add_recommendations(report, _study_spec(points.attrs))
+def _scaling_outputs(report: Any, folder: Path, study: dict[str, Any] | None) -> list[str]:
+    """Write the plots to ``folder`` and log them and the fits to a ``study``'s parent run.
 
+    ``study`` is the points' ``attrs`` (its store and parent run), or None for a CSV. Returns
+    the lines saying what was written and logged; exits 2 when ``folder`` cannot be written.
+    """
     from rich.markup import escape
 
     from sweep.scaling.plots import write_figures
+    from sweep.scaling.report_json import log_report
 
     try:
         paths = write_figures(report, folder)
@@ -286,27 +240,21 @@ def scaling(
     done = [f"wrote {len(paths)} plots to {folder}"]
     if study is not None:
         try:
-            log_report(report, points.attrs["tracking_uri"], points.attrs["parent_run_id"],
-                       paths)
+            log_report(report, study["tracking_uri"], study["parent_run_id"], paths)
         except Exception as exc:  # the analysis stands without its copy in MLflow
             common.err_console.print(f"[bold yellow]warning:[/] plots and fits not logged to "
                                      f"the study's run: {escape(type(exc).__name__)}: "
                                      f"{escape(str(exc))}", highlight=False)
         else:
-            done.append(f"logged the fits and plots to run {points.attrs['parent_run_id']}")
-    if as_json:
-        print(json.dumps(report_json(report)))
-    elif common.console.is_terminal:
-        _print_report(report, common.console)
-    else:  # a file or a pipe: whole lines, tables never folded
-        from rich.console import Console
+            done.append(f"logged the fits and plots to run {study['parent_run_id']}")
+    return done
 
-        _print_report(report, Console(width=_PIPE_WIDTH))
-    for line in done:
+
+def _print_done(lines: list[str], as_json: bool) -> None:
+    """What was written and logged: on stderr beside JSON output, else on stdout."""
+    for line in lines:
         (common.err_console if as_json else common.console).print(line, highlight=False,
                                                                   markup=False)
-    if not any(result.ok for result in report.results.values()):
-        raise typer.Exit(code=1)
 
 
 _TRANSFER_HELP = (
@@ -328,29 +276,6 @@ def _transfer_spec(study: str, attrs: dict[str, Any]) -> Any:
                   "transfer section)" if spec is not None else
                   f"study {attrs['study']!r}: its spec could not be read")
     return spec
-
-
-def _print_transfer(reports: list[Any], out: Any) -> None:
-    for rep in reports:
-        table = Table(title=f"{rep.group}: best learning rate per width")
-        for header in ("d_model", "best lr (grid)", "grid index", "lr* (vertex)",
-                       "final val loss"):
-            table.add_column(header, justify="right")
-        for c in rep.curves:
-            table.add_row(str(c.width), f"{c.lr_best:.4g}", str(c.best_index),
-                          f"{c.lr_vertex:.4g}", _num(c.losses[c.best_index]))
-        out.print(table)
-        level = f"{rep.level:.0%} interval"
-        out.print(f"{rep.group}: the best grid point moves {rep.grid_steps} grid step(s) "
-                  f"(x{rep.grid_ratio:.3g} each) across widths; drift "
-                  f"{rep.drift:+.3f} doublings of lr* per doubling of width "
-                  + (f"[{level} {_num(rep.interval[0])}, {_num(rep.interval[1])}]"
-                     if rep.interval else "(no bootstrap)")
-                  + f"; on the grid {rep.drift_grid:+.3f}"
-                  + (f"; each point the mean of {rep.replicates} seeds" if rep.replicates > 1
-                     else ""), highlight=False, markup=False)
-        for note in rep.notes:
-            out.print(f"note: {note}", highlight=False, markup=False)
 
 
 @analyze_app.command("transfer", help=_TRANSFER_HELP)
@@ -387,24 +312,21 @@ def transfer(
         bad_input(f"study {attrs['study']!r}: no group has trained points at two widths yet "
                   f"({len(points)} points trained of {len(trials)} trials)")
     points.attrs.update(attrs)
-    folder = Path(out) if out else _default_out(points, study)
+    folder = _out_folder(out, points, study)
+    path = folder / "transfer.png"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / "transfer.png"
         transfer_figure(reports, path)
     except OSError as exc:
         bad_input(f"--out {folder}: {exc.strerror or exc}")
     data = [r.to_dict() for r in reports]
     done = [f"wrote {path}"]
     try:
-        from mlflow import MlflowClient
-
         from sweep.schema import TRANSFER_ANALYSIS_ARTIFACT, TRANSFER_PLOTS_ARTIFACT_DIR
+        from sweep.tracking import log_files, log_json
 
-        client = MlflowClient(attrs["tracking_uri"])
-        client.log_text(attrs["parent_run_id"], json.dumps(data, indent=2),
-                        TRANSFER_ANALYSIS_ARTIFACT)
-        client.log_artifact(attrs["parent_run_id"], str(path), TRANSFER_PLOTS_ARTIFACT_DIR)
+        log_json(attrs["tracking_uri"], attrs["parent_run_id"], data, TRANSFER_ANALYSIS_ARTIFACT)
+        log_files(attrs["tracking_uri"], attrs["parent_run_id"], [path],
+                  TRANSFER_PLOTS_ARTIFACT_DIR)
     except Exception as exc:  # the analysis stands without its copy in MLflow
         common.err_console.print(f"warning: the analysis was not logged to the study's run: "
                                  f"{type(exc).__name__}: {exc}", highlight=False, markup=False)
@@ -413,10 +335,5 @@ def transfer(
     if as_json:
         print(json.dumps(data))
     else:
-        from rich.console import Console
-
-        _print_transfer(reports, common.console if common.console.is_terminal
-                        else Console(width=_PIPE_WIDTH))
-    for line in done:
-        (common.err_console if as_json else common.console).print(line, highlight=False,
-                                                                  markup=False)
+        print_transfer_reports(reports, report_console())
+    _print_done(done, as_json)

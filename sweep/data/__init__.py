@@ -1,25 +1,18 @@
 """Training corpora: named by URI, prepared once per study, read through memory maps.
 
-`load_corpus` (in `sweep.data.corpus`) turns a URI (``builtin:python-stdlib``, ``text:PATH``,
-``tokens:PATH``, ``synthetic:markov?...``) into a `Corpus`; `sweep.data.synthetic` generates the
-synthetic sources whose entropy rate is known exactly; `sweep.data.text` decides which files of a
-``text:`` folder are documents and which documents are held out, keeping near-duplicates
-(`sweep.data.near_duplicates`) on one side. `check_corpus` checks a URI's scheme, parameters and
-paths in milliseconds, without reading the corpus; `inspect_corpus` reads it without writing.
+`load_corpus` (`sweep.data.cache`) turns a URI (``builtin:python-stdlib``, ``text:PATH``,
+``tokens:PATH``, ``synthetic:markov?...``; `sweep.data.uris`) into a `Corpus`
+(`sweep.data.corpus`), from the splits its source makes (`sweep.data.sources`);
+`sweep.data.synthetic` generates the synthetic sources whose entropy rate is known exactly;
+`sweep.data.text` decides which files of a ``text:`` folder are documents and which documents
+are held out, keeping near-duplicates (`sweep.data.near_duplicates`) on one side.
+`check_corpus` checks a URI's scheme, parameters and paths in milliseconds, without reading the
+corpus; `inspect_corpus` reads it without writing.
 """
 
-from sweep.data.corpus import (
-    DEFAULT_CORPUS,
-    INSPECT_MAX_BYTES,
-    SCHEMES,
-    VAL_FRACTION,
-    Corpus,
-    DataError,
-    check_corpus,
-    inspect_corpus,
-    load_corpus,
-    unigram_entropy,
-)
+from sweep.data.cache import INSPECT_MAX_BYTES, inspect_corpus, load_corpus
+from sweep.data.corpus import VAL_FRACTION, Corpus, DataError, unigram_entropy
+from sweep.data.uris import DEFAULT_CORPUS, SCHEMES, check_corpus
 
 __all__ = [
     "DEFAULT_CORPUS",

@@ -122,18 +122,27 @@ def markov_stream(
     return out.ravel()[:n_tokens], markov_entropy_rate(probs)
 
 
+def _uniform_sources(n_tokens: int, period: int, length: int, n_sym: int,
+                     rng_key: list[int]) -> np.ndarray:
+    """One source per period of ``period`` tokens: ids uniform over ``[0, n_sym)``.
+
+    Returns:
+        ``(ceil(n_tokens / period), length)`` int64, drawn from a generator seeded by
+        ``rng_key``.
+    """
+    n_periods = -(-n_tokens // period)
+    return np.random.default_rng(rng_key).integers(0, n_sym, size=(n_periods, length))
+
+
 def copy_stream(n_tokens: int, vocab: int, length: int, seed: int) -> tuple[np.ndarray, float]:
     """Copy task: [x_1..x_L, SEP, x_1..x_L, EOS] repeated, x_i uniform over V - 2 symbols.
 
     SEP = V - 2 and EOS = V - 1. Returns (tokens, entropy rate in nats per token).
     """
-    n_sym = vocab - 2
-    period = 2 * length + 2
-    n_periods = -(-n_tokens // period)
-    rng = np.random.default_rng([seed, 2])
-    x = rng.integers(0, n_sym, size=(n_periods, length))
-    sep = np.full((n_periods, 1), vocab - 2)
-    eos = np.full((n_periods, 1), vocab - 1)
+    n_sym, period = vocab - 2, 2 * length + 2
+    x = _uniform_sources(n_tokens, period, length, n_sym, [seed, 2])
+    sep = np.full((len(x), 1), vocab - 2)
+    eos = np.full((len(x), 1), vocab - 1)
     seq = np.concatenate([x, sep, x, eos], axis=1).astype(np.uint16)
     return seq.ravel()[:n_tokens], length * math.log(n_sym) / period
 
@@ -177,11 +186,8 @@ def reverse_stream(n_tokens: int, vocab: int, length: int, seed: int) -> tuple[n
     Returns:
         (tokens, entropy rate in nats per token of the stream, L log(V - 1) / (2L + 1)).
     """
-    n_sym = vocab - 1
-    period = 2 * length + 1
-    n_examples = -(-n_tokens // period)
-    rng = np.random.default_rng([seed, 4])
-    x = rng.integers(0, n_sym, size=(n_examples, length))
-    sep = np.full((n_examples, 1), vocab - 1)
+    n_sym, period = vocab - 1, 2 * length + 1
+    x = _uniform_sources(n_tokens, period, length, n_sym, [seed, 4])
+    sep = np.full((len(x), 1), vocab - 1)
     seq = np.concatenate([x, sep, x[:, ::-1]], axis=1).astype(np.uint16)
     return seq.ravel(), length * math.log(n_sym) / period

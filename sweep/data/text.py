@@ -226,7 +226,7 @@ def split_documents(docs: Documents, fraction: float, val_globs: tuple[str, ...]
     n = len(docs.names)
     groups = near_duplicates.find_near_duplicates(docs.texts).groups()
     grouped = [g for g in groups if len(g) > 1]
-    counts = {"n_groups": len(grouped), "n_grouped": sum(len(g) for g in grouped)}
+    n_groups, n_grouped = len(grouped), sum(len(g) for g in grouped)
     if val_globs:
         val = [i for i in range(n) if _matches(docs.names[i], val_globs)]
         if len(val) == n:
@@ -236,12 +236,12 @@ def split_documents(docs: Documents, fraction: float, val_globs: tuple[str, ...]
         train = [i for i in range(n) if i not in val_set]
         across = [g for g in grouped if 0 < len(val_set.intersection(g)) < len(g)]
         warnings = [_across_warning(docs, across, val_set)] if across else []
-        return DocumentSplit("val-glob", train, val, warnings=warnings, **counts)
+        return DocumentSplit("val-glob", train, val, n_groups, n_grouped, warnings)
     if len(groups) < 2:
         warnings = [f"all {n} documents are near-duplicates of one another, so the val split "
                     f"is the last {fraction:.0%} of their bytes and shares text with train"
                     ] if n > 1 else []
-        return DocumentSplit("tail", list(range(n)), [], warnings=warnings, **counts)
+        return DocumentSplit("tail", list(range(n)), [], n_groups, n_grouped, warnings)
     keys = [val_hash(docs.names[g[0]]) for g in groups]
     is_val = [k < fraction for k in keys]
     if not any(is_val):
@@ -250,7 +250,7 @@ def split_documents(docs: Documents, fraction: float, val_globs: tuple[str, ...]
         is_val[keys.index(max(keys))] = False
     val = sorted(i for g, v in zip(groups, is_val, strict=True) if v for i in g)
     train = sorted(i for g, v in zip(groups, is_val, strict=True) if not v for i in g)
-    return DocumentSplit("documents", train, val, **counts)
+    return DocumentSplit("documents", train, val, n_groups, n_grouped)
 
 
 def _across_warning(docs: Documents, across: list[list[int]], val: set[int]) -> str:

@@ -8,24 +8,17 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
+from sweep.plotting import pyplot
 from sweep.results.table import LEAD_COLUMNS
 from sweep.schema import METRIC_BASELINE, METRIC_BEST_VAL_LOSS, TrialState
 
 log = logging.getLogger(__name__)
-
-
-def _use_agg() -> None:
-    import matplotlib
-
-    if "matplotlib.pyplot" not in sys.modules:
-        matplotlib.use("Agg")
 
 
 def _val_loss_figure(frame: pd.DataFrame, histories: Mapping[str, list[tuple]],
@@ -118,10 +111,10 @@ def study_figures(
             ``frame.attrs["baseline_unigram_loss"]`` (`trials_frame`), no line when NaN or
             absent.
     """
+    pyplot()  # the backend, chosen before Optuna's plots import pyplot
     import optuna
     from optuna.visualization import matplotlib as ovm
 
-    _use_agg()
     figures: dict[str, Any] = {}
     study = optuna_study if optuna_study is not None else _study_from_frame(frame)
     multi = len(study.directions) > 1

@@ -31,6 +31,7 @@ from scipy.optimize import minimize_scalar
 from sweep.scaling.bootstrap import percentile_intervals
 from sweep.scaling.envelope import EnvelopeFit
 from sweep.scaling.isoflop import IsoFLOPFit
+from sweep.scaling.law import PARAMS, closed_form_split, law_loss
 from sweep.scaling.parametric import ParametricFit
 from sweep.scaling.result import FitError, FitResult
 from sweep.schema import METRIC_N_PARAMS, METRIC_N_TOKENS, METRIC_TOKENS_PER_PARAM
@@ -84,22 +85,6 @@ class Allocation:
                 METRIC_TOKENS_PER_PARAM: self.tokens_per_param, "loss": self.loss}
 
 
-def _law(p, n, d):
-    return p["E"] + p["A"] / n ** p["alpha"] + p["B"] / d ** p["beta"]
-
-
-def closed_form_split(p: dict[str, float], flops):
-    """N_opt, D_opt under C = 6ND for L = E + A/N^alpha + B/D^beta (Hoffmann et al. 2022 eq. 4).
-
-    ``flops`` is a number or an array of budgets (FLOPs); returns parameters and tokens alike.
-    """
-    total = p["alpha"] + p["beta"]
-    g = (p["alpha"] * p["A"] / (p["beta"] * p["B"])) ** (1 / total)
-    n_opt = g * (flops / 6) ** (p["beta"] / total)
-    d_opt = (flops / 6) ** (p["alpha"] / total) / g
-    return n_opt, d_opt
-
-
 def _cost_model(p, flops, flops_per_token, bounds):
     """(N_opt, D_opt, at_bound) minimising L(N, C / flops_per_token(N)) over log N."""
     lo, hi = math.log(bounds[0]), math.log(bounds[1])
@@ -109,7 +94,7 @@ def _cost_model(p, flops, flops_per_token, bounds):
         per_token = float(flops_per_token(n))
         if not (math.isfinite(per_token) and per_token > 0):
             raise FitError(f"flops_per_token({n:.4g}) = {per_token!r}: must be finite and > 0")
-        return _law(p, n, flops / per_token)
+        return law_loss(p, n, flops / per_token)
 
     sol = minimize_scalar(along, bounds=(lo, hi), method="bounded", options={"xatol": _XATOL})
     log_n = float(sol.x)
@@ -168,22 +153,22 @@ def optimal_allocation(fit: FitResult, flops: float, *,
     n_opt, d_opt, at_bound = _one(p, flops, flops_per_token, n_bounds)
     total = p["alpha"] + p["beta"]
     exponents = {"a": p["beta"] / total, "b": p["alpha"] / total}
-    warnings = ()
+    warnings: tuple[str, ...] = ()
     if at_bound:
         warnings = (f"the search for N_opt ended at its bound ({n_opt:.4g} parameters): widen "
                     "n_bounds or extend the cost model's size range",)
     intervals, n_draws = {}, 0
     if fit.draws:
         table = np.column_stack([np.asarray(fit.draws[k], dtype=float)
-                                 for k in ("E", "A", "B", "alpha", "beta")])
+                                 for k in PARAMS])
         rows = []
         for values in table[np.isfinite(table).all(axis=1)]:
-            q = dict(zip(("E", "A", "B", "alpha", "beta"), values, strict=True))
+            q = dict(zip(PARAMS, values, strict=True))
             if not (q["alpha"] > 0 and q["beta"] > 0):
                 continue
             n_q, d_q, _ = _one(q, flops, flops_per_token, n_bounds)
             t = q["alpha"] + q["beta"]
-            rows.append((n_q, d_q, d_q / n_q, _law(q, n_q, d_q), q["beta"] / t, q["alpha"] / t))
+            rows.append((n_q, d_q, d_q / n_q, law_loss(q, n_q, d_q), q["beta"] / t, q["alpha"] / t))
         n_draws = len(rows)
         if rows:
             cols = np.array(rows)
@@ -194,7 +179,7 @@ def optimal_allocation(fit: FitResult, flops: float, *,
         flops=float(flops),
         convention=CONVENTION_6ND if flops_per_token is None else CONVENTION_COST_MODEL,
         n_params=n_opt, n_tokens=d_opt, tokens_per_param=d_opt / n_opt,
-        loss=_law(p, n_opt, d_opt), exponents=exponents, intervals=intervals, level=fit.level,
+        loss=law_loss(p, n_opt, d_opt), exponents=exponents, intervals=intervals, level=fit.level,
         n_draws=n_draws, warnings=warnings)
 
 

@@ -17,12 +17,13 @@ drawn twice weighs two) and resamples of different kinds share one shape. Three 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from sweep.scaling.result import FitError
 
-__all__ = ["bootstrap_counts", "check_bootstrap_args", "percentile_intervals"]
+__all__ = ["bootstrap_counts", "check_bootstrap_args", "kept_groups", "percentile_intervals"]
 
 
 def bootstrap_counts(n_points: int, n_bootstrap: int, seed: int, *, groups=None,
@@ -109,3 +110,22 @@ def check_bootstrap_args(n_bootstrap: int, level: float) -> None:
         raise FitError(f"n_bootstrap={n_bootstrap!r}: must be an integer >= 0")
     if not (isinstance(level, (int, float)) and math.isfinite(level) and 0 < level < 1):
         raise FitError(f"level={level!r}: must be in (0, 1)")
+
+
+def kept_groups(groups: Any, n_rows: int, dropped: tuple[int, ...]) -> np.ndarray | None:
+    """A fit's ``groups`` labels as a flat array, without the rows its data dropped.
+
+    Args:
+        groups: Shape ``(n_rows,)``: a label per input row, or None (returned as None).
+        n_rows: Rows of the input, the dropped ones included.
+        dropped: Input indices of the rows left out (`sweep.scaling.result.finite_rows`).
+
+    Raises:
+        FitError: Labels of the wrong length.
+    """
+    if groups is None:
+        return None
+    labels = np.asarray(groups).ravel()
+    if labels.size != n_rows:
+        raise FitError(f"groups has {labels.size} labels for {n_rows} rows")
+    return labels[np.setdiff1d(np.arange(n_rows), dropped)]

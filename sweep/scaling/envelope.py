@@ -18,7 +18,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sweep.scaling.bootstrap import bootstrap_counts, check_bootstrap_args, percentile_intervals
+from sweep.scaling.bootstrap import (
+    bootstrap_counts,
+    check_bootstrap_args,
+    kept_groups,
+    percentile_intervals,
+)
 from sweep.scaling.isoflop import fit_loglog_line
 from sweep.scaling.result import DEFAULT_LEVEL, FitError, FitResult, dropped_note, finite_rows
 from sweep.schema import METRIC_N_PARAMS, METRIC_N_TOKENS
@@ -153,33 +158,14 @@ def fit_envelope(run_id, n_params, flops, loss, *, tokens=None, budgets=None,
             ``n_bootstrap`` or ``level``.
     """
     run = np.asarray(run_id).ravel()
-    columns = [n_params, flops, loss] + ([] if tokens is None else [tokens])
-    names = (METRIC_N_PARAMS, "flops", "loss", METRIC_N_TOKENS)[:len(columns)]
-    if run.size != np.asarray(loss).size:
-        raise FitError(f"run_id has {run.size} values but loss has {np.asarray(loss).size}")
-    (n, c, y, *rest), dropped = finite_rows(names, *columns)
-    tok = rest[0] if rest else None
-    keep = np.setdiff1d(np.arange(run.size), dropped)
-    run = run[keep]
-    check_bootstrap_args(n_bootstrap, level)
+    n, c, y, tok, dropped = _check_inputs(run, n_params, flops, loss, tokens, n_bootstrap, level)
     note = dropped_note(dropped)
-    for name, values in ((METRIC_N_PARAMS, n), ("flops", c)) + (
-            () if tok is None else ((METRIC_N_TOKENS, tok),)):
-        if not np.all(values > 0):
-            raise FitError(f"{name}: every value must be finite and > 0")
-    if n.size == 0:
-        raise FitError(f"no points{note}: approach 1 needs training curves")
+    run = run[np.setdiff1d(np.arange(run.size), dropped)]
     run_ids, code = np.unique(run, return_inverse=True)
     for r in range(run_ids.size):
         if np.unique(n[code == r]).size > 1:
             raise FitError(f"run {run_ids[r]!r} has several n_params values: one run, one size")
-    if budgets is None:
-        if not (isinstance(n_budgets, int) and n_budgets >= 2):
-            raise FitError(f"n_budgets={n_budgets!r}: must be an integer >= 2")
-        budgets = np.geomspace(c.min(), c.max(), n_budgets)
-    budgets = np.asarray(budgets, dtype=float).ravel()
-    if budgets.size < 2 or not np.all(np.isfinite(budgets) & (budgets > 0)):
-        raise FitError("budgets: need 2 or more FLOP values, each finite and > 0")
+    budgets = _budgets(budgets, n_budgets, c)
     table, tok_table, sizes = _tables(code, n, c, y, tok, run_ids.size, np.log(budgets))
     win, n_opt, d_opt, env_loss, distinct, edge, has = _envelope(table, tok_table, sizes, budgets,
                                                                  tok is not None)
@@ -195,10 +181,11 @@ def fit_envelope(run_id, n_params, flops, loss, *, tokens=None, budgets=None,
                        "size reaching it is left out, so train sizes on both sides of the "
                        "optimum")
     params, residuals = _power_laws(budgets[use], n_opt[use], d_opt[use], env_loss[use])
-    settings = {"budgets": int(budgets.size), "usable_budgets": int(use.sum()),
-                "runs": int(run_ids.size), "tokens": "given" if tok is not None else "C / (6N)",
-                "interpolation": "linear in log C", "dropped": len(dropped),
-                "n_bootstrap": n_bootstrap, "seed": seed}
+    settings: dict[str, object] = {
+        "budgets": int(budgets.size), "usable_budgets": int(use.sum()), "runs": int(run_ids.size),
+        "tokens": "given" if tok is not None else "C / (6N)",
+        "interpolation": "linear in log C", "dropped": len(dropped), "n_bootstrap": n_bootstrap,
+        "seed": seed}
     finite = all(math.isfinite(v) for v in params.values())
     fit = EnvelopeFit(params=params, residuals=residuals,
                       objective=float(np.sum(residuals**2)), converged=finite,
@@ -206,23 +193,60 @@ def fit_envelope(run_id, n_params, flops, loss, *, tokens=None, budgets=None,
                       dropped=dropped)
     if not n_bootstrap:
         return fit
-    if groups is None:
-        labels = code
-    else:
-        labels = np.asarray(groups).ravel()
-        if labels.size != keep.size + len(dropped):
-            raise FitError(f"groups has {labels.size} labels for {keep.size + len(dropped)} rows")
-        labels = labels[keep]
-        for r in range(run_ids.size):
-            if np.unique(labels[code == r]).size > 1:
-                raise FitError(f"run {run_ids[r]!r} is split across groups: a group must hold "
-                               "whole runs")
+    labels = _run_groups(groups, code, run_ids, n.size + len(dropped), dropped)
     # Resample runs (or groups of runs): a point's count is its run's.
     first = np.array([np.flatnonzero(code == r)[0] for r in range(run_ids.size)])
     counts = bootstrap_counts(n.size, n_bootstrap, seed, groups=labels)[:, first]
     draws, failed = _bootstrap(counts, table, tok_table, sizes, budgets, tok is not None)
     return replace(fit, draws=draws, intervals=percentile_intervals(draws, level),
                    settings={**settings, "bootstrap_failed": failed})
+
+
+def _check_inputs(run, n_params, flops, loss, tokens, n_bootstrap, level):
+    """The evaluation points' columns, non-finite rows dropped: ``(n, c, y, tokens, dropped)``.
+
+    Raises:
+        FitError: Shapes that differ, a bad ``n_bootstrap`` or ``level``, non-positive N, FLOPs
+            or tokens, or no point left.
+    """
+    columns = [n_params, flops, loss] + ([] if tokens is None else [tokens])
+    names = (METRIC_N_PARAMS, "flops", "loss", METRIC_N_TOKENS)[:len(columns)]
+    if run.size != np.asarray(loss).size:
+        raise FitError(f"run_id has {run.size} values but loss has {np.asarray(loss).size}")
+    (n, c, y, *rest), dropped = finite_rows(names, *columns)
+    tok = rest[0] if rest else None
+    check_bootstrap_args(n_bootstrap, level)
+    for name, values in ((METRIC_N_PARAMS, n), ("flops", c)) + (
+            () if tok is None else ((METRIC_N_TOKENS, tok),)):
+        if not np.all(values > 0):
+            raise FitError(f"{name}: every value must be finite and > 0")
+    if n.size == 0:
+        raise FitError(f"no points{dropped_note(dropped)}: approach 1 needs training curves")
+    return n, c, y, tok, dropped
+
+
+def _budgets(budgets, n_budgets, c):
+    """The envelope's FLOP values: ``budgets``, or ``n_budgets`` log-spaced over ``c``'s span."""
+    if budgets is None:
+        if not (isinstance(n_budgets, int) and n_budgets >= 2):
+            raise FitError(f"n_budgets={n_budgets!r}: must be an integer >= 2")
+        budgets = np.geomspace(c.min(), c.max(), n_budgets)
+    budgets = np.asarray(budgets, dtype=float).ravel()
+    if budgets.size < 2 or not np.all(np.isfinite(budgets) & (budgets > 0)):
+        raise FitError("budgets: need 2 or more FLOP values, each finite and > 0")
+    return budgets
+
+
+def _run_groups(groups, code, run_ids, n_rows, dropped):
+    """The bootstrap's labels: each point's run, or its group when every run is in one group."""
+    labels = kept_groups(groups, n_rows, dropped)
+    if labels is None:
+        return code
+    for r in range(run_ids.size):
+        if np.unique(labels[code == r]).size > 1:
+            raise FitError(f"run {run_ids[r]!r} is split across groups: a group must hold "
+                           "whole runs")
+    return labels
 
 
 _LAW_NAMES = ("a", "k_n", "b", "k_d", "alpha_c", "k_l")

@@ -4,14 +4,13 @@ One function per figure, each returning the ``matplotlib.figure.Figure``: the Is
 (`isoflop_figure`), the compute-optimal frontier (`frontier_figure`), loss against N and D with
 the parametric fit (`parametric_figure`) and its residuals (`residuals_figure`);
 `report_figures` draws every one the report's fits allow and `write_figures` saves them as PNG.
-Drawn with the Agg backend unless pyplot is already in use (as `sweep.results.plots`).
+Drawn with `sweep.plotting`'s backend: Agg unless pyplot is already in use.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sweep.plotting import colours, pyplot
+from sweep.scaling.isoflop import IsoFLOPFit
 from sweep.scaling.report import FLOP_CONVENTION, ScalingReport, optimal_rows
 from sweep.scaling.result import FitResult
-from sweep.scaling.runs import LOSS
+from sweep.scaling.runs import LOSS, column
 from sweep.schema import METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, METRIC_N_TOKENS
 
 __all__ = ["close_figures", "frontier_figure", "isoflop_figure", "parametric_figure",
@@ -37,39 +38,21 @@ _SYMBOL = {METRIC_BUDGET_FLOPS: "C", METRIC_N_PARAMS: "N", METRIC_N_TOKENS: "D"}
 _MAX_LINES = 10
 
 
-def _pyplot() -> Any:
-    import matplotlib
-
-    if "matplotlib.pyplot" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _column(points: pd.DataFrame, name: str) -> np.ndarray:
-    return pd.to_numeric(points[name], errors="coerce").to_numpy(dtype=float)
-
-
-def _colours(plt: Any, n: int) -> list:
-    return [plt.get_cmap("viridis")(x) for x in np.linspace(0.0, 0.9, max(n, 1))]
-
-
-def isoflop_figure(fit: FitResult, points: pd.DataFrame) -> Any:
+def isoflop_figure(fit: IsoFLOPFit, points: pd.DataFrame) -> Any:
     """Loss against N at each FLOP budget, the fitted parabolas and their minima (approach 2).
 
     Args:
-        fit: A `sweep.scaling.isoflop.IsoFLOPFit` (its ``curves``).
+        fit: The approach 2 fit (its ``curves``).
         points: The points it was fitted to (``budget_flops``, ``n_params``, ``loss``).
 
     Returns:
         The figure: points per budget, each parabola over its sampled N, its vertex as a star
         (hollow when flagged and left out of the power laws).
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    budget, n, loss = (_column(points, c) for c in (METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, LOSS))
-    for colour, curve in zip(_colours(plt, len(fit.curves)), fit.curves, strict=True):
+    budget, n, loss = (column(points, c) for c in (METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, LOSS))
+    for colour, curve in zip(colours(len(fit.curves)), fit.curves, strict=True):
         at = budget == curve.budget_flops
         ax.scatter(n[at], loss[at], color=colour, s=18, label=f"C = {curve.budget_flops:.2g}")
         c0, c1, c2 = curve.coefficients
@@ -97,18 +80,16 @@ def frontier_figure(report: ScalingReport) -> Any:
     Raises:
         ValueError: The report has no fitted approach.
     """
-    fitted = {k: r for k, r in report.results.items() if r.ok}
+    fitted = {k: (r, r.fit) for k, r in report.results.items() if r.fit is not None}
     if not fitted:
         raise ValueError("no approach was fitted")
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     known = list(report.budgets)
-    six_nd = 6 * _column(report.points, METRIC_N_PARAMS) * _column(report.points,
-                                                                   METRIC_N_TOKENS)
+    six_nd = 6 * column(report.points, METRIC_N_PARAMS) * column(report.points, METRIC_N_TOKENS)
     known += [float(x) for x in six_nd[np.isfinite(six_nd) & (six_nd > 0)]]
     grid = np.geomspace(min(known), max(known), 60)
-    for colour, (key, result) in zip(_colours(plt, len(fitted)), fitted.items(), strict=True):
-        fit = result.fit
+    for colour, (key, (result, fit)) in zip(colours(len(fitted)), fitted.items(), strict=True):
         rows = optimal_rows(fit, grid)
         ax.plot(grid, [r.n_params for r in rows], color=colour,
                 label=f"approach {key}: a = {result.params['a']:.3f}")
@@ -136,26 +117,25 @@ def frontier_figure(report: ScalingReport) -> Any:
 
 def _groups(points: pd.DataFrame, other: str) -> tuple[str | None, np.ndarray]:
     """How to draw fitted lines: along each IsoFLOP budget, at each value of ``other``, or not."""
-    budget = _column(points, METRIC_BUDGET_FLOPS)
+    budget = column(points, METRIC_BUDGET_FLOPS)
     if np.isfinite(budget).all() and np.unique(budget).size <= _MAX_LINES:
         return METRIC_BUDGET_FLOPS, budget
-    values = _column(points, other)
+    values = column(points, other)
     if np.unique(values).size <= _MAX_LINES:
         return other, values
     return None, values
 
 
-def _law_panel(ax: Any, plt: Any, fit: FitResult, points: pd.DataFrame, x_name: str,
-               other: str) -> None:
-    x, y = _column(points, x_name), _column(points, LOSS)
+def _law_panel(ax: Any, fit: FitResult, points: pd.DataFrame, x_name: str, other: str) -> None:
+    x, y = column(points, x_name), column(points, LOSS)
     key, labels = _groups(points, other)
     if key is None:
         ax.scatter(x, y, s=14, color="C0", label="trials")
-        n, d = _column(points, METRIC_N_PARAMS), _column(points, METRIC_N_TOKENS)
+        n, d = column(points, METRIC_N_PARAMS), column(points, METRIC_N_TOKENS)
         ax.scatter(x, fit.predict(n, d), s=14, marker="x", color="C1", label="fit")
     else:
         values = np.unique(labels)
-        for colour, value in zip(_colours(plt, values.size), values, strict=True):
+        for colour, value in zip(colours(values.size), values, strict=True):
             at = labels == value
             ax.scatter(x[at], y[at], s=14, color=colour, label=f"{_SYMBOL[key]} = {value:.3g}")
             line = np.geomspace(x[at].min(), x[at].max(), 60)
@@ -181,10 +161,10 @@ def parametric_figure(fit: FitResult, points: pd.DataFrame, title: str = "") -> 
         points: The points it was fitted to.
         title: The figure's title (default: the fitted law).
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
-    _law_panel(axes[0], plt, fit, points, METRIC_N_PARAMS, METRIC_N_TOKENS)
-    _law_panel(axes[1], plt, fit, points, METRIC_N_TOKENS, METRIC_N_PARAMS)
+    _law_panel(axes[0], fit, points, METRIC_N_PARAMS, METRIC_N_TOKENS)
+    _law_panel(axes[1], fit, points, METRIC_N_TOKENS, METRIC_N_PARAMS)
     p = fit.params
     fig.suptitle(title or (f"L = {p['E']:.3g} + {p['A']:.3g} / N^{p['alpha']:.3f} + "
                            f"{p['B']:.3g} / D^{p['beta']:.3f}"))
@@ -202,12 +182,12 @@ def residuals_figure(report: ScalingReport) -> Any:
         ValueError: No L(N, D) fit was made.
     """
     fits = {k: r.fit for k, r in report.results.items()
-            if r.ok and {"alpha", "beta"} <= set(r.fit.params)}
+            if r.fit is not None and {"alpha", "beta"} <= set(r.fit.params)}
     if not fits:
         raise ValueError("no fit of L(N, D) to show residuals of")
-    n, d = _column(report.points, METRIC_N_PARAMS), _column(report.points, METRIC_N_TOKENS)
-    log_loss = np.log(_column(report.points, LOSS))
-    plt = _pyplot()
+    n, d = column(report.points, METRIC_N_PARAMS), column(report.points, METRIC_N_TOKENS)
+    log_loss = np.log(column(report.points, LOSS))
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for i, (key, fit) in enumerate(fits.items()):
         residuals = log_loss - np.log(fit.predict(n, d))
@@ -232,12 +212,12 @@ def report_figures(report: ScalingReport) -> dict[str, Any]:
     """
     draws: dict[str, Any] = {}
     for key, result in report.results.items():
-        if result.ok and hasattr(result.fit, "curves"):
-            draws["isoflop_curves"] = (lambda f=result.fit: isoflop_figure(f, report.points))
-        elif result.ok and {"alpha", "beta"} <= set(result.fit.params):
+        fit = result.fit
+        if isinstance(fit, IsoFLOPFit):
+            draws["isoflop_curves"] = (lambda f=fit: isoflop_figure(f, report.points))
+        elif fit is not None and {"alpha", "beta"} <= set(fit.params):
             draws[f"loss_vs_n_and_d_{key}"] = (
-                lambda f=result.fit, r=result: parametric_figure(f, report.points,
-                                                                 r.approach.title))
+                lambda f=fit, r=result: parametric_figure(f, report.points, r.approach.title))
     draws["frontier"] = lambda: frontier_figure(report)
     draws["residuals"] = lambda: residuals_figure(report)
     figures = {}
@@ -251,7 +231,7 @@ def report_figures(report: ScalingReport) -> dict[str, Any]:
 
 def close_figures(figures: Mapping[str, Any]) -> None:
     """Release the figures of `report_figures`."""
-    plt = _pyplot()
+    plt = pyplot()
     for figure in figures.values():
         plt.close(figure)
 

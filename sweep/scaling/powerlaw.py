@@ -18,7 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from sweep.scaling.bootstrap import bootstrap_counts, check_bootstrap_args, percentile_intervals
+from sweep.scaling.bootstrap import (
+    bootstrap_counts,
+    check_bootstrap_args,
+    kept_groups,
+    percentile_intervals,
+)
 from sweep.scaling.result import FitError, FitResult, dropped_note, finite_rows
 
 __all__ = ["PowerLawFit", "fit_power_law"]
@@ -111,12 +116,7 @@ def fit_power_law(x, loss, *, n_bootstrap: int = 0, seed: int = 0,
         raise FitError(f"x takes {np.unique(x_arr).size} distinct values{note}: a power law "
                        "with an offset needs at least 3")
     check_bootstrap_args(n_bootstrap, level)
-    if groups is not None:
-        groups = np.asarray(groups).ravel()
-        if groups.size != x_arr.size + len(dropped):
-            raise FitError(f"groups has {groups.size} labels for {x_arr.size + len(dropped)} "
-                           "rows")
-        groups = groups[np.setdiff1d(np.arange(groups.size), dropped)]
+    groups = kept_groups(groups, x_arr.size + len(dropped), dropped)
     log_x = np.log(x_arr)
     start = _start(log_x, y)
     sol = _solve(log_x, y, start)

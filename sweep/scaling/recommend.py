@@ -13,12 +13,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
 from sweep.spec import StudySpec
+
+if TYPE_CHECKING:
+    from sweep_models.cost.memory import Device
 
 __all__ = ["RECOMMEND_FROM", "Recommendation", "add_recommendations",
            "cost_model_flops_per_token", "recommend", "spec_fragment"]
@@ -55,7 +58,7 @@ class Recommendation:
 
 
 def recommend(spec: StudySpec, budget_flops: float, n_opt: float, *, k: int = 3,
-              device: str = "cuda") -> list[Recommendation]:
+              device: Device = "cuda") -> list[Recommendation]:
     """The ``k`` shapes of ``spec``'s size rule nearest to ``n_opt``, priced at ``budget_flops``.
 
     Args:
@@ -131,7 +134,7 @@ def cost_model_flops_per_token(spec: Any, n_params: float):
 
 
 def add_recommendations(report: Any, spec: Any, *, k: int = 3,
-                        device: str = "cuda") -> None:
+                        device: Device = "cuda") -> None:
     """Fill ``report.recommendations``: the shapes to train at each target budget.
 
     From the first fitted approach of `RECOMMEND_FROM` whose optimiser converged (else the

@@ -33,8 +33,8 @@ from sweep.schema import (
     TrialState,
 )
 
-__all__ = ["LOSS", "N_PARAMS_CONVENTIONS", "POINT_COLUMNS", "PointsError", "load_curves",
-           "load_runs", "load_study", "read_csv_points"]
+__all__ = ["LOSS", "N_PARAMS_CONVENTIONS", "POINT_COLUMNS", "PointsError", "column",
+           "load_curves", "load_runs", "load_study", "read_csv_points"]
 
 #: The fitted loss column: a trial's final validation loss, nats/token.
 LOSS = "loss"
@@ -56,6 +56,11 @@ _CSV_OPTIONAL = {METRIC_TRAIN_FLOPS: ("flops", METRIC_TRAIN_FLOPS),
 
 class PointsError(ValueError):
     """A table of points that cannot be fitted: a missing column or no usable row."""
+
+
+def column(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """Column ``name`` of a points or curves frame as floats, nan where a value is no number."""
+    return pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=float)
 
 
 def _number(value: Any) -> float:

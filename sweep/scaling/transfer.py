@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sweep.plotting import colours, pyplot
 from sweep.scaling.bootstrap import bootstrap_counts, check_bootstrap_args, percentile_intervals
 from sweep.scaling.result import DEFAULT_LEVEL
 from sweep.schema import METRIC_FINAL_VAL_LOSS, TrialState
@@ -233,26 +234,24 @@ def analyze_transfer(points: pd.DataFrame, *, n_bootstrap: int = 1000, seed: int
 def transfer_figure(reports: list[TransferReport], path: Any = None) -> Any:
     """Final val loss against learning rate, a line per width, a panel per group.
 
-    The best grid point of each width is marked; diverged points are left out (a gap). Drawn
-    with the Agg backend unless pyplot is already in use (as `sweep.scaling.plots`).
+    The best grid point of each width is marked; diverged points are left out (a gap).
 
     Args:
         reports: `analyze_transfer`'s reports.
         path: Where to save it as PNG; None: not saved.
 
     Returns:
-        The ``matplotlib.figure.Figure``.
+        The ``matplotlib.figure.Figure``, drawn with `sweep.plotting`'s backend (Agg unless
+        pyplot is already in use).
 
     Raises:
         OSError: The PNG cannot be written.
     """
-    from sweep.scaling.plots import _colours, _pyplot
-
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, max(len(reports), 1), squeeze=False, sharey=True,
                              figsize=(4.2 * max(len(reports), 1), 3.6))
     for ax, rep in zip(axes[0], reports, strict=False):
-        for colour, c in zip(_colours(plt, len(rep.curves)), rep.curves, strict=True):
+        for colour, c in zip(colours(len(rep.curves)), rep.curves, strict=True):
             loss = np.array(c.losses, dtype=float)
             loss[~np.isfinite(loss)] = np.nan
             ax.plot(c.lrs, loss, marker="o", ms=3, color=colour, label=f"d_model {c.width}")

@@ -31,8 +31,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import minimize, nnls
 
-from sweep.scaling.bootstrap import bootstrap_counts, check_bootstrap_args, percentile_intervals
-from sweep.scaling.parametric import ParametricFit, _check_points
+from sweep.scaling.bootstrap import (
+    bootstrap_counts,
+    check_bootstrap_args,
+    kept_groups,
+    percentile_intervals,
+)
+from sweep.scaling.law import PARAMS, check_points
+from sweep.scaling.parametric import ParametricFit
 from sweep.scaling.result import DEFAULT_LEVEL, FitError
 
 __all__ = ["NELDER_MEAD_OPTIONS", "VPNLSFit", "VPNLS_BOUNDS", "VPNLS_GRID", "fit_vpnls"]
@@ -43,7 +49,6 @@ VPNLS_GRID = tuple(float(v) for v in np.linspace(0.05, 0.95, 32))
 VPNLS_BOUNDS = (0.01, 0.99)
 #: Their Nelder-Mead options.
 NELDER_MEAD_OPTIONS = {"xatol": 1e-10, "fatol": 1e-15, "maxiter": 10_000}
-_NAMES = ("E", "A", "B", "alpha", "beta")
 _TINY = 1e-6  # a coefficient below this was clamped by NNLS; an exponent this near a bound
 
 
@@ -184,18 +189,13 @@ def fit_vpnls(n_params, n_tokens, loss, *, alpha_grid=VPNLS_GRID, beta_grid=VPNL
             non-positive values, fewer than 2 distinct N or D, a grid of fewer than 3 values,
             a bad ``n_bootstrap`` or ``level``, or a non-finite result.
     """
-    n, d, y, dropped = _check_points(n_params, n_tokens, loss)
+    n, d, y, dropped = check_points(n_params, n_tokens, loss)
     check_bootstrap_args(n_bootstrap, level)
     grid_a = np.asarray(alpha_grid, dtype=float)
     grid_b = np.asarray(beta_grid, dtype=float)
     if grid_a.size < 3 or grid_b.size < 3:
         raise FitError(f"grids of {grid_a.size} and {grid_b.size} exponents: each needs 3")
-    if groups is not None:
-        groups = np.asarray(groups).ravel()
-        keep = np.setdiff1d(np.arange(groups.size), dropped)
-        if groups.size != n.size + len(dropped):
-            raise FitError(f"groups has {groups.size} labels for {n.size + len(dropped)} rows")
-        groups = groups[keep]
+    groups = kept_groups(groups, n.size + len(dropped), dropped)
     log_n, log_d = np.log(n), np.log(d)
     pn = np.exp(-np.outer(log_n, grid_a))
     pd = np.exp(-np.outer(log_d, grid_b))
@@ -244,9 +244,9 @@ def _stderr(p, log_n, log_d, residuals):
     try:
         cov = np.linalg.inv(jac.T @ jac) * sigma2
     except np.linalg.LinAlgError:
-        return dict.fromkeys(_NAMES, math.nan)
+        return dict.fromkeys(PARAMS, math.nan)
     se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-    return {name: float(v) for name, v in zip(_NAMES, se, strict=True)}
+    return {name: float(v) for name, v in zip(PARAMS, se, strict=True)}
 
 
 def _bootstrap(n, d, log_n, log_d, y, pn, pd, grid_a, grid_b, n_bootstrap, seed, groups):
@@ -266,4 +266,4 @@ def _bootstrap(n, d, log_n, log_d, y, pn, pd, grid_a, grid_b, n_bootstrap, seed,
                                                     grid_b, grids[k])
             failed["not_converged"] += int(not sol.success)
             table[start + k] = (*coef, alpha, beta)
-    return {name: table[:, i] for i, name in enumerate(_NAMES)}, failed
+    return {name: table[:, i] for i, name in enumerate(PARAMS)}, failed

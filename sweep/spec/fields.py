@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sweep.data.corpus import SCHEMES
+from sweep.data.uris import SCHEMES
 from sweep.schema import COST_METRICS, METRIC_VAL_LOSS
 from sweep.train.config import LIVE_HPARAMS
 

@@ -27,15 +27,13 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from sweep.spec.fields import DATA_SCHEMES, DERIVED_MODEL_KEYS, FIELD_RULES, Rule, show_number
 from sweep.spec.schema import SearchSpec, StudySpec
 from sweep.spec.sections import section_models
-from sweep.train.config import PRECISIONS, SCHEDULES, TrainConfig
+from sweep.train.config import TrainConfig
 from sweep_models.config import ModelConfig
 
 __all__ = ["SCHEMA_TITLE", "json_schema", "reference_markdown"]
 
 SCHEMA_TITLE = "transformer-sweep study spec"
 _DOMAINS = ("FloatDomain", "IntDomain", "ChoiceDomain")
-#: Config fields typed ``str`` whose values are a fixed set all the same.
-_STR_CHOICES = {"train.schedule": SCHEDULES, "train.precision": PRECISIONS}
 #: What the derived model keys mean (`sweep.spec.fields.DERIVED_MODEL_KEYS`).
 _DERIVED_DOCS = {
     "preset": "A preset's fields (`models/sweep_models/presets.py`) as the defaults of this "
@@ -79,9 +77,7 @@ def _config_fields(section: str) -> list[tuple[str, Any, Any, str]]:
     if section == "model":
         fields += [(name, typ, None, _DERIVED_DOCS[name])
                    for name, typ in DERIVED_MODEL_KEYS.items()]
-    return [(name, Literal[_STR_CHOICES[f"{section}.{name}"]]
-             if f"{section}.{name}" in _STR_CHOICES else annotation, default, doc)
-            for name, annotation, default, doc in fields]
+    return fields
 
 
 # ------------------------------------------------------------------------------ JSON Schema

@@ -1,12 +1,14 @@
 """Writing and reading a study's MLflow runs; the names themselves live in `sweep.schema`.
 
 `StudyTracker` (``study_run``) is the study's parent run, `TrialContext` / `TrialRun`
-(``trial_run``) a trial's child run, ``reader`` reads runs back, ``uris`` handles store
-addresses. Every write names its run id explicitly, so trials in threads, processes or Ray
-workers on other machines do not collide.
+(``trial_run``) a trial's child run, ``reader`` reads runs back, ``artifacts`` adds an
+analysis's files to a run and reads a study's stored spec, ``uris`` handles store addresses.
+Every write names its run id explicitly, so trials in threads, processes or Ray workers on
+other machines do not collide.
 """
 
 from sweep.spec.resume import ResumeError, check_resume_compatible
+from sweep.tracking.artifacts import log_files, log_json, read_stored_spec
 from sweep.tracking.reader import (
     find_study,
     find_trial_run,
@@ -40,7 +42,10 @@ __all__ = [
     "find_study",
     "find_trial_run",
     "list_studies",
+    "log_files",
+    "log_json",
     "mutated_params",
+    "read_stored_spec",
     "read_trials",
     "shown_uri",
     "val_loss_histories",

@@ -6,8 +6,9 @@ the RNG states, the data position (batches are a pure function of seed and index
 is the position) and the evaluation history. The learning-rate schedule is a pure function of
 the token count (`sweep.train.schedule`), so it has no state of its own beyond the counters.
 
-Files are written to a temporary file in the target folder and renamed over the target, so a
-reader (another PBT member, a resumed worker) never sees half a file.
+`save_trainer` and `restore_trainer` are that layout, both ways. Files are written to a
+temporary file in the target folder and renamed over the target, so a reader (another PBT
+member, a resumed worker) never sees half a file.
 """
 
 from __future__ import annotations
@@ -16,13 +17,22 @@ import os
 import pickle
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-__all__ = ["FORMAT_VERSION", "CheckpointError", "read_checkpoint", "write_checkpoint"]
+from sweep.schema import TrialState
+from sweep.train.config import LIVE_HPARAMS
+
+if TYPE_CHECKING:
+    from sweep.train.trainer import Trainer
+
+__all__ = ["FORMAT_VERSION", "CheckpointError", "read_checkpoint", "restore_trainer",
+           "save_trainer", "write_checkpoint"]
 
 FORMAT_VERSION = 1
+# Model fields a live trainer may change: a checkpoint's model may differ from ours only there.
+_LIVE_MODEL_FIELDS = tuple(k for k, section in LIVE_HPARAMS.items() if section == "model")
 
 
 class CheckpointError(ValueError):
@@ -89,3 +99,79 @@ def read_checkpoint(path: Path | str) -> dict[str, Any]:
             f"checkpoint {str(path)!r} has format {version!r}; expected {FORMAT_VERSION}"
         )
     return state
+
+
+def save_trainer(trainer: Trainer, path: Path | str, meta: dict[str, Any] | None = None) -> Path:
+    """Write ``trainer``'s whole training state to ``path`` atomically.
+
+    Args:
+        trainer: The trainer to save.
+        path: The file to write.
+        meta: Plain data (str, int, float) kept with the state and returned by
+            `restore_trainer`.
+
+    Returns:
+        The path written.
+    """
+    return write_checkpoint(path, {
+        "model_config": trainer.model_config.to_dict(),
+        "train_config": trainer.train_config.to_dict(),
+        "corpus_hash": trainer.corpus.content_hash,
+        "model": trainer.model.state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
+        "hparams": trainer.hparams(),
+        "counters": {"step": trainer.step, "tokens_seen": trainer.tokens_seen,
+                     "loss_sum": trainer._loss_sum, "loss_n": trainer._loss_n,
+                     "last_eval_tokens": trainer._last_eval_tokens,
+                     "window": list(trainer._window), "state": trainer.state.value},
+        "timings": dict(trainer.timings),
+        "rng": {"cpu": trainer._rng_cpu, "cuda": trainer._rng_cuda},
+        "data": {"seed": trainer._data_seed,
+                 "next_batch": trainer.step * trainer.budget.grad_accum},
+        "history": trainer.history,
+        "meta": dict(meta or {}),
+    })
+
+
+def restore_trainer(trainer: Trainer, path: Path | str) -> dict[str, Any]:
+    """Restore ``trainer``'s training state from the checkpoint at ``path``.
+
+    The model's shape must match. Mutable hyperparameters, RNG states and the data stream
+    (seed and position) take the checkpoint's values.
+
+    Returns:
+        The ``meta`` the checkpoint was saved with (empty if none).
+
+    Raises:
+        CheckpointError: Unreadable file, or a model of another shape.
+    """
+    ckpt = read_checkpoint(path)
+    mine = {k: v for k, v in trainer.model_config.to_dict().items()
+            if k not in _LIVE_MODEL_FIELDS}
+    theirs = {k: v for k, v in ckpt["model_config"].items() if k not in _LIVE_MODEL_FIELDS}
+    if mine != theirs:
+        diff = sorted(k for k in mine if mine[k] != theirs.get(k))
+        raise CheckpointError(f"checkpoint {str(path)!r} is of another model shape "
+                              f"(differs in {', '.join(diff)})")
+    trainer.model.load_state_dict(ckpt["model"])
+    # The groups' multipliers follow from the model config, which the checkpoint's
+    # matches; keep ours (a checkpoint written before groups had them has none).
+    optimizer = trainer.optimizer
+    mults = [(g["lr_mult"], g["wd_mult"]) for g in optimizer.param_groups]
+    optimizer.load_state_dict(ckpt["optimizer"])
+    for group, (lr_mult, wd_mult) in zip(optimizer.param_groups, mults, strict=True):
+        group["lr_mult"], group["wd_mult"] = lr_mult, wd_mult
+    trainer.set_hparams(**ckpt["hparams"])
+    c = ckpt["counters"]
+    trainer.step, trainer.tokens_seen = c["step"], c["tokens_seen"]
+    trainer.state = TrialState(c["state"])
+    trainer._loss_sum, trainer._loss_n = c["loss_sum"], c["loss_n"]
+    trainer._last_eval_tokens, trainer._window = c["last_eval_tokens"], list(c["window"])
+    trainer.timings = dict(ckpt["timings"])
+    trainer._rng_cpu = ckpt["rng"]["cpu"]
+    if trainer._rng_cuda is not None and ckpt["rng"]["cuda"] is not None:
+        trainer._rng_cuda = ckpt["rng"]["cuda"]
+    trainer._data_seed = ckpt["data"]["seed"]
+    trainer.history = [dict(h) for h in ckpt["history"]]
+    trainer.fail_reason = None
+    return dict(ckpt.get("meta") or {})

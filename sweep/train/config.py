@@ -4,6 +4,11 @@ No torch import here, so specs and search spaces can build and check thousands o
 cheaply. The budget is exactly one of ``tokens``, ``flops``, ``steps`` or ``seconds``;
 `resolve_budget` turns it into tokens with the model's shape (FLOPs through
 `sweep_models.cost.flops_per_token`, the project's one cost model).
+
+The choices of the string fields live once, in the ``Literal`` aliases that annotate them, as
+in `sweep_models.config`: validation, the tuple constants (``SCHEDULES`` ...) and
+`CHOICE_FIELDS` (field name -> allowed values, which the study spec checks by) are read from
+those annotations.
 """
 
 from __future__ import annotations
@@ -11,17 +16,22 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from sweep_models.config import ModelConfig
-from sweep_models.errors import ConfigError, reject_unknown
+from sweep_models.errors import ConfigError, check_choice, reject_unknown
 
-__all__ = ["BUDGET_FIELDS", "LIVE_HPARAMS", "PRECISIONS", "SCHEDULES", "Budget", "TrainConfig",
-           "resolve_budget"]
+__all__ = ["BUDGET_FIELDS", "CHOICE_FIELDS", "LIVE_HPARAMS", "PRECISIONS", "SCHEDULES", "Budget",
+           "BudgetKind", "Precision", "Schedule", "TrainConfig", "resolve_budget"]
 
-SCHEDULES = ("cosine", "linear", "constant", "wsd")
-PRECISIONS = ("auto", "fp32", "bf16")
-BUDGET_FIELDS = ("tokens", "flops", "steps", "seconds")
+Schedule = Literal["cosine", "linear", "constant", "wsd"]
+Precision = Literal["auto", "fp32", "bf16"]
+#: The budget fields, exactly one of which a config sets.
+BudgetKind = Literal["tokens", "flops", "steps", "seconds"]
+
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+BUDGET_FIELDS: tuple[str, ...] = get_args(BudgetKind)
 #: Hyperparameters a live `sweep.train.Trainer` can change between steps without changing any
 #: tensor's shape (population-based training), with the config section each belongs to.
 LIVE_HPARAMS = {"lr": "train", "weight_decay": "train", "betas": "train", "grad_clip": "train",
@@ -72,13 +82,13 @@ class TrainConfig:
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     warmup: float = 0.05
-    schedule: str = "cosine"
+    schedule: Schedule = "cosine"
     min_lr_ratio: float = 0.1
     decay_fraction: float = 0.2
     grad_clip: float = 1.0
     grad_accum: int = 1
     batch_tokens: int | None = None
-    precision: str = "auto"
+    precision: Precision = "auto"
     compile: bool = False
     seed: int = 0
     eval_every: int | None = None
@@ -129,12 +139,8 @@ class TrainConfig:
             or not all(_is_num(b) and 0 <= b < 1 for b in self.betas)
         ):
             raise ConfigError(f"betas={self.betas!r} must be two numbers in [0, 1)")
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(f"schedule={self.schedule!r} is not one of {', '.join(SCHEDULES)}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(
-                f"precision={self.precision!r} is not one of {', '.join(PRECISIONS)}"
-            )
+        for name, allowed in CHOICE_FIELDS.items():
+            check_choice(name, getattr(self, name), allowed)
         if not isinstance(self.compile, bool):
             raise ConfigError(f"compile={self.compile!r} must be true or false")
         if not isinstance(self.device, str) or not self.device:
@@ -159,9 +165,9 @@ class TrainConfig:
             )
 
     @property
-    def budget_kind(self) -> str:
+    def budget_kind(self) -> BudgetKind:
         """Which budget field is set: ``tokens``, ``flops``, ``steps`` or ``seconds``."""
-        return next(name for name in BUDGET_FIELDS if getattr(self, name) is not None)
+        return next(name for name in get_args(BudgetKind) if getattr(self, name) is not None)
 
     def to_dict(self) -> dict[str, Any]:
         """Flat dict of plain values; ``betas`` as a list. `from_dict` inverts it."""
@@ -194,6 +200,14 @@ class TrainConfig:
         return self.from_dict({**values, **changes})
 
 
+#: Field name -> allowed values, for every field annotated with a ``Literal`` (field order).
+CHOICE_FIELDS: dict[str, tuple[str, ...]] = {
+    name: get_args(hint)
+    for name, hint in get_type_hints(TrainConfig).items()
+    if get_origin(hint) is Literal
+}
+
+
 @dataclass(frozen=True)
 class Budget:
     """A train config's budget resolved against a model.
@@ -216,6 +230,13 @@ class Budget:
     warmup_tokens: int | None
     eval_every: int
 
+    def spent(self, steps: int, seconds: float) -> bool:
+        """Whether ``steps`` optimizer steps, taking ``seconds`` seconds, use the budget up."""
+        if self.seconds is not None:
+            return seconds >= self.seconds
+        assert self.total_steps is not None  # resolve_budget sets it for every other budget
+        return steps >= self.total_steps
+
 
 def resolve_budget(train: TrainConfig, model: ModelConfig) -> Budget:
     """Resolve the budget, accumulation and evaluation interval for ``model``.
@@ -224,7 +245,8 @@ def resolve_budget(train: TrainConfig, model: ModelConfig) -> Budget:
     are whole: a token or FLOP budget trains floor(tokens / step_tokens) steps (at least one).
 
     Raises:
-        ConfigError: ``batch_tokens`` is not a multiple of batch_size * seq_len.
+        ConfigError: ``batch_tokens`` is not a multiple of batch_size * seq_len, or a token or
+            FLOP budget is less than one optimizer step.
     """
     micro = train.batch_size * model.seq_len
     grad_accum = train.grad_accum
@@ -236,21 +258,22 @@ def resolve_budget(train: TrainConfig, model: ModelConfig) -> Budget:
             )
         grad_accum = train.batch_tokens // micro
     step_tokens = micro * grad_accum
-    kind = train.budget_kind
-    if kind == "seconds":
+    if train.seconds is not None:
         eval_every = train.eval_every or 10 * step_tokens
         return Budget(grad_accum, step_tokens, None, None, float(train.seconds), None, eval_every)
-    if kind == "steps":
+    if train.steps is not None:
         steps = train.steps
     else:
-        tokens = train.tokens
-        if kind == "flops":
+        tokens: float
+        if train.flops is not None:
             from sweep_models.cost import flops_per_token
 
             tokens = train.flops / flops_per_token(model, train=True)
+            what = f"flops={train.flops:.3g} ({tokens:.3g} tokens)"
+        else:
+            assert train.tokens is not None  # the one budget field left (TrainConfig's rule)
+            tokens, what = train.tokens, f"tokens={train.tokens}"
         if tokens < step_tokens:
-            what = f"tokens={train.tokens}" if kind == "tokens" else \
-                f"flops={train.flops:.3g} ({tokens:.3g} tokens)"
             raise ConfigError(
                 f"{what} is less than one optimizer step of {step_tokens} tokens (batch_size * "
                 f"seq_len * grad_accum = {train.batch_size} * {model.seq_len} * {grad_accum})")

@@ -38,7 +38,9 @@ import torch
 from sweep.train.config import TrainConfig
 from sweep.train.optim import build_adamw
 from sweep_models import ModelConfig, build_model
+from sweep_models.encoder_decoder import EncoderDecoder
 from sweep_models.errors import ConfigError
+from sweep_models.transformer import Transformer
 
 __all__ = ["EMBEDDING", "EMBEDDING_TARGET", "LOGITS", "coord_data", "coord_figure",
            "log_width_slopes", "width_config"]
@@ -48,13 +50,13 @@ __all__ = ["EMBEDDING", "EMBEDDING_TARGET", "LOGITS", "coord_data", "coord_figur
 EMBEDDING, EMBEDDING_TARGET, LOGITS = "embedding", "embedding.target", "logits"
 
 
-def _blocks(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+def _blocks(model: Transformer | EncoderDecoder) -> list[tuple[str, torch.nn.Module]]:
     """``(record name, block)`` in forward order.
 
     ``block.<i>`` of a decoder-only model; ``encoder.<i>`` then ``decoder.<i>`` of an
     encoder-decoder one.
     """
-    if hasattr(model, "blocks"):
+    if isinstance(model, Transformer):
         return [(f"block.{i}", b) for i, b in enumerate(model.blocks)]
     return ([(f"encoder.{i}", b) for i, b in enumerate(model.encoder)]
             + [(f"decoder.{i}", b) for i, b in enumerate(model.decoder)])
@@ -78,6 +80,8 @@ def width_config(config: ModelConfig, width: int, parametrization: str | None = 
         ConfigError: ``width`` is not a multiple of the head width, or the grouped heads do not
             divide, naming ``width``.
     """
+    # Both resolved on construction, so never None here.
+    assert config.n_kv_heads is not None and config.d_ff is not None
     d_head = config.d_model // config.n_heads
     group = config.n_heads // config.n_kv_heads
     if width <= 0 or width % d_head or (width // d_head) % group:
@@ -214,13 +218,9 @@ def coord_figure(frame: pd.DataFrame, path: Path | str | None = None) -> Any:
     Raises:
         OSError: The PNG cannot be written.
     """
-    import sys
+    from sweep.plotting import pyplot
 
-    import matplotlib
-
-    if "matplotlib.pyplot" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     pars = list(dict.fromkeys(frame["parametrization"]))
     steps = sorted(frame["t"].unique())

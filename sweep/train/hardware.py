@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from sweep.train.config import Precision
+
 __all__ = ["PEAK_FLOPS", "autocast_dtype", "peak_flops", "pick_device"]
 
 # Substring of torch.cuda.get_device_name -> (bf16 dense, fp32) FLOP/s and the source. Order
@@ -47,7 +49,7 @@ def pick_device(requested: str | None = "auto") -> torch.device:
     return device
 
 
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+def autocast_dtype(precision: Precision, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for ``precision`` on ``device``, or ``None`` for plain fp32.
 
     ``auto`` is bf16 on CUDA devices that support it, fp32 elsewhere.

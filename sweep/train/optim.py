@@ -18,10 +18,13 @@ exactly two groups, decayed then not, each with multipliers 1.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from sweep.train.config import TrainConfig
 from sweep_models import parametrization
+from sweep_models.transformer import LanguageModel
 
 __all__ = ["build_adamw", "decay_groups", "param_groups", "set_group_hparams"]
 
@@ -30,12 +33,15 @@ def _is_matrix(module: torch.nn.Module, name: str) -> bool:
     return isinstance(module, torch.nn.Linear) and name == "weight"
 
 
-def decay_groups(model: torch.nn.Module) -> tuple[list, list]:
+def decay_groups(model: torch.nn.Module) -> tuple[list[torch.nn.Parameter],
+                                                  list[torch.nn.Parameter]]:
     """Split parameters into (decay, no decay): Linear weights vs everything else.
 
     A tied output projection shares the embedding's tensor and is listed once, as an embedding.
     """
-    decay, no_decay, seen = [], [], set()
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
+    seen: set[int] = set()
     for module in model.modules():
         for name, p in module.named_parameters(recurse=False):
             if id(p) in seen or not p.requires_grad:
@@ -45,7 +51,7 @@ def decay_groups(model: torch.nn.Module) -> tuple[list, list]:
     return decay, no_decay
 
 
-def param_groups(model: torch.nn.Module, train: TrainConfig) -> list[dict]:
+def param_groups(model: LanguageModel, train: TrainConfig) -> list[dict[str, Any]]:
     """AdamW parameter groups: decay or not, split further by the parametrization's multipliers.
 
     Args:
@@ -61,7 +67,7 @@ def param_groups(model: torch.nn.Module, train: TrainConfig) -> list[dict]:
     decay, _ = decay_groups(model)
     decayed = {id(p) for p in decay}
     config = model.config
-    groups: dict[tuple[bool, float, float], list] = {}
+    groups: dict[tuple[bool, float, float], list[torch.nn.Parameter]] = {}
     for _, p, role in model.param_roles():
         if not p.requires_grad:
             continue
@@ -94,7 +100,7 @@ def set_group_hparams(
 
 
 def build_adamw(
-    model: torch.nn.Module, train: TrainConfig, device: torch.device
+    model: LanguageModel, train: TrainConfig, device: torch.device
 ) -> torch.optim.AdamW:
     """AdamW over ``model`` with the groups of `param_groups`.
 

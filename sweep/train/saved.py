@@ -80,16 +80,14 @@ def save_model(directory: Path | str, module: Any, saved: SavedModel) -> Path:
     try:
         from safetensors.torch import save_model as save_safetensors
     except ImportError:
-        save_safetensors = None
-    if save_safetensors is not None:
-        weights, stale = directory / SAFETENSORS_FILE, directory / TORCH_FILE
-        # save_model, unlike save_file, writes tied (shared) tensors once.
-        save_safetensors(module, str(weights), metadata={"format": FORMAT})
-    else:
         import torch
 
         weights, stale = directory / TORCH_FILE, directory / SAFETENSORS_FILE
         torch.save(module.state_dict(), weights)
+    else:
+        weights, stale = directory / SAFETENSORS_FILE, directory / TORCH_FILE
+        # save_model, unlike save_file, writes tied (shared) tensors once.
+        save_safetensors(module, str(weights), metadata={"format": FORMAT})
     stale.unlink(missing_ok=True)  # so a folder never holds two sets of weights
     tmp = directory / f".{CONFIG_FILE}.tmp"
     tmp.write_text(json.dumps(saved.to_json(), indent=2) + "\n")

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["lr_factor", "wsd_cooldown_start", "wsd_stable_end"]
+from sweep.train.config import Budget, Schedule, TrainConfig
+
+__all__ = ["budget_lr_factor", "lr_factor", "wsd_cooldown_start", "wsd_stable_end"]
 
 
 def wsd_cooldown_start(total: float, warmup: float, decay_fraction: float) -> float:
@@ -48,7 +50,7 @@ def wsd_stable_end(total_tokens: int, step_tokens: int, warmup_tokens: int,
 
 
 def lr_factor(
-    schedule: str,
+    schedule: Schedule,
     done: float,
     total: float,
     warmup: float,
@@ -85,3 +87,24 @@ def lr_factor(
     else:
         decay = 0.5 * (1.0 + math.cos(math.pi * frac))
     return min_lr_ratio + (1.0 - min_lr_ratio) * decay
+
+
+def budget_lr_factor(train: TrainConfig, budget: Budget, tokens: int, seconds: float) -> float:
+    """`lr_factor` of ``train``'s schedule at the end of a step, within ``budget``.
+
+    A seconds budget runs its schedule in seconds (``warmup`` a fraction of them), any other
+    in tokens.
+
+    Args:
+        train: The schedule, its warmup, floor and cooldown share.
+        budget: ``train``'s budget resolved against the model (`resolve_budget`).
+        tokens: Tokens seen at the end of the step.
+        seconds: Seconds spent in training steps at the end of the step.
+    """
+    if budget.seconds is not None:
+        return lr_factor(train.schedule, seconds, budget.seconds, train.warmup * budget.seconds,
+                         train.min_lr_ratio, decay_fraction=train.decay_fraction)
+    # resolve_budget sets both for every budget but seconds
+    assert budget.total_tokens is not None and budget.warmup_tokens is not None
+    return lr_factor(train.schedule, tokens, budget.total_tokens, budget.warmup_tokens,
+                     train.min_lr_ratio, decay_fraction=train.decay_fraction)

@@ -18,26 +18,19 @@ import dataclasses
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from sweep.data import Corpus
-from sweep.schema import (
-    METRIC_LR,
-    METRIC_TOKENS,
-    METRIC_TOKENS_PER_S,
-    METRIC_TRAIN_LOSS,
-    METRIC_VAL_BPB,
-    METRIC_VAL_LOSS,
-    METRIC_WALL_S,
-    TrialState,
-)
+from sweep.schema import METRIC_TOKENS, METRIC_VAL_LOSS, METRIC_WALL_S, TrialState
 from sweep.train import hardware
-from sweep.train.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
-from sweep.train.config import LIVE_HPARAMS, TrainConfig, resolve_budget
+from sweep.train.checkpoint import restore_trainer, save_trainer
+from sweep.train.config import TrainConfig, resolve_budget
+from sweep.train.evaluation import Batch, eval_metrics, mean_loss, val_tensors
 from sweep.train.optim import build_adamw, set_group_hparams
 from sweep.train.reporter import NullReporter, Reporter, TrialResult
-from sweep.train.schedule import lr_factor
+from sweep.train.schedule import budget_lr_factor
 from sweep_models import build_model
 from sweep_models.config import ModelConfig
 from sweep_models.errors import ConfigError
@@ -50,9 +43,6 @@ __all__ = [
     "TrialResult",
     "run_trial",
 ]
-
-# Model fields a live trainer may change: a checkpoint's model may differ from ours only there.
-_LIVE_MODEL_FIELDS = tuple(k for k, section in LIVE_HPARAMS.items() if section == "model")
 
 
 class Trainer:
@@ -106,11 +96,8 @@ class Trainer:
         self.optimizer = build_adamw(self.model, train_config, self.device)
         self.lr = train_config.lr
         self.weight_decay = train_config.weight_decay
-        self._val = [
-            (torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device))
-            for x, y in corpus.val_batches(model_config.seq_len, train_config.eval_tokens,
-                                           train_config.batch_size)
-        ]
+        self._val = val_tensors(corpus, model_config.seq_len, train_config.eval_tokens,
+                                train_config.batch_size, self.device)
         from sweep_models.cost import flops_per_token
 
         self.flops_per_token = flops_per_token(model_config, train=True)
@@ -181,35 +168,31 @@ class Trainer:
                 "attn_temperature": self.model.config.attn_temperature}
 
     # ---------------------------------------------------------------------------- training
-    def _autocast(self):
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.amp_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
-    def _batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = self.corpus.train_batch(self._data_seed, index, self.train_config.batch_size,
-                                       self.model_config.seq_len)
-        x, y = torch.from_numpy(x), torch.from_numpy(y)
+    def _batch(self, index: int) -> Batch:
+        xs, ys = self.corpus.train_batch(self._data_seed, index, self.train_config.batch_size,
+                                         self.model_config.seq_len)
+        x, y = torch.from_numpy(xs), torch.from_numpy(ys)
         if self.device.type == "cuda":
             return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(
                 self.device, non_blocking=True)
         return x, y
 
+    def _train_s(self) -> float:
+        """Seconds spent in training steps (compute and data), the unit of a seconds budget."""
+        return self.timings["compute_s"] + self.timings["data_s"]
+
     def _budget_done(self) -> bool:
-        b = self.budget
-        if b.seconds is not None:
-            return self.timings["compute_s"] + self.timings["data_s"] >= b.seconds
-        return self.step >= b.total_steps
+        return self.budget.spent(self.step, self._train_s())
 
     def _lr_now(self, step_s: float) -> float:
-        b, tc = self.budget, self.train_config
-        if b.seconds is not None:
-            spent = self.timings["compute_s"] + self.timings["data_s"] + step_s
-            return self.lr * lr_factor(tc.schedule, spent, b.seconds, tc.warmup * b.seconds,
-                                       tc.min_lr_ratio, decay_fraction=tc.decay_fraction)
-        return self.lr * lr_factor(tc.schedule, self.tokens_seen + b.step_tokens,
-                                   b.total_tokens, b.warmup_tokens, tc.min_lr_ratio,
-                                   decay_fraction=tc.decay_fraction)
+        return self.lr * budget_lr_factor(self.train_config, self.budget,
+                                          self.tokens_seen + self.budget.step_tokens,
+                                          self._train_s() + step_s)
 
     def _train_step(self, last_step_s: float) -> bool:
         """One optimizer step; returns False (and marks the trial DIVERGED) if non-finite."""
@@ -249,18 +232,9 @@ class Trainer:
         self._last_lr = lr
         return True
 
-    @torch.no_grad()
     def evaluate(self) -> float:
         """Mean cross-entropy (nats/token) on the fixed validation windows."""
-        self.model.eval()
-        total, count = torch.zeros((), device=self.device), 0
-        for x, y in self._val:
-            with self._autocast():
-                _, loss = self._forward(x, y)
-            total += loss.float() * y.numel()
-            count += y.numel()
-        self.model.train()
-        return float(total / count)
+        return mean_loss(self.model, self._forward, self._val, self._autocast, self.device)
 
     def _eval_and_report(self, reporter: Reporter, *, scheduled: bool = True) -> bool:
         """Evaluate, record and report; returns False if the trial ends here.
@@ -276,15 +250,12 @@ class Trainer:
             self.state = TrialState.DIVERGED
             self.fail_reason = f"non-finite val_loss ({val_loss}) after step {self.step}"
             return False
-        spent = self.timings["compute_s"] + self.timings["data_s"]
+        spent = self._train_s()
         window_tokens = self.tokens_seen - self._window[0]
         window_s = spent - self._window[1]
-        metrics = {METRIC_VAL_LOSS: val_loss,
-                   METRIC_TRAIN_LOSS: self._loss_sum / max(self._loss_n, 1),
-                   METRIC_TOKENS_PER_S: window_tokens / window_s if window_s > 0 else math.nan,
-                   METRIC_LR: self._last_lr}
-        if self.corpus.byte_level:
-            metrics[METRIC_VAL_BPB] = val_loss / math.log(2)
+        metrics = eval_metrics(val_loss, self._loss_sum / max(self._loss_n, 1),
+                               window_tokens / window_s if window_s > 0 else math.nan,
+                               self._last_lr, byte_level=self.corpus.byte_level)
         self.history.append({METRIC_TOKENS: self.tokens_seen, **metrics})
         if scheduled:
             self._loss_sum, self._loss_n = 0.0, 0
@@ -348,7 +319,7 @@ class Trainer:
     def result(self) -> TrialResult:
         """The `TrialResult` of the training so far."""
         losses = [h[METRIC_VAL_LOSS] for h in self.history]
-        train_s = self.timings["compute_s"] + self.timings["data_s"]
+        train_s = self._train_s()
         flops = self.flops_per_token * self.tokens_seen
         mfu = flops / (train_s * self.peak_flops) if self.peak_flops and train_s > 0 else None
         return TrialResult(
@@ -361,7 +332,7 @@ class Trainer:
 
     # ------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, path: Path | str, *, meta: dict | None = None) -> Path:
-        """Write the whole training state to ``path`` atomically.
+        """Write the whole training state to ``path`` atomically (`sweep.train.checkpoint`).
 
         Args:
             path: The file to write.
@@ -373,23 +344,7 @@ class Trainer:
         """
         if self.state in (TrialState.DIVERGED, TrialState.FAILED):
             raise RuntimeError(f"trial is {self.state} ({self.fail_reason}); not checkpointed")
-        return write_checkpoint(path, {
-            "model_config": self.model_config.to_dict(),
-            "train_config": self.train_config.to_dict(),
-            "corpus_hash": self.corpus.content_hash,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "hparams": self.hparams(),
-            "counters": {"step": self.step, "tokens_seen": self.tokens_seen,
-                         "loss_sum": self._loss_sum, "loss_n": self._loss_n,
-                         "last_eval_tokens": self._last_eval_tokens,
-                         "window": list(self._window), "state": self.state.value},
-            "timings": dict(self.timings),
-            "rng": {"cpu": self._rng_cpu, "cuda": self._rng_cuda},
-            "data": {"seed": self._data_seed, "next_batch": self.step * self.budget.grad_accum},
-            "history": self.history,
-            "meta": dict(meta or {}),
-        })
+        return save_trainer(self, path, meta)
 
     def load_checkpoint(self, path: Path | str) -> dict:
         """Restore the training state from ``path`` (possibly another member's, for PBT).
@@ -404,34 +359,7 @@ class Trainer:
         Raises:
             sweep.train.checkpoint.CheckpointError: Unreadable file, or a model of another shape.
         """
-        ckpt = read_checkpoint(path)
-        mine = {k: v for k, v in self.model_config.to_dict().items() if k not in _LIVE_MODEL_FIELDS}
-        theirs = {k: v for k, v in ckpt["model_config"].items() if k not in _LIVE_MODEL_FIELDS}
-        if mine != theirs:
-            diff = sorted(k for k in mine if mine[k] != theirs.get(k))
-            raise CheckpointError(f"checkpoint {str(path)!r} is of another model shape "
-                                  f"(differs in {', '.join(diff)})")
-        self.model.load_state_dict(ckpt["model"])
-        # The groups' multipliers follow from the model config, which the checkpoint's
-        # matches; keep ours (a checkpoint written before groups had them has none).
-        mults = [(g["lr_mult"], g["wd_mult"]) for g in self.optimizer.param_groups]
-        self.optimizer.load_state_dict(ckpt["optimizer"])
-        for group, (lr_mult, wd_mult) in zip(self.optimizer.param_groups, mults, strict=True):
-            group["lr_mult"], group["wd_mult"] = lr_mult, wd_mult
-        self.set_hparams(**ckpt["hparams"])
-        c = ckpt["counters"]
-        self.step, self.tokens_seen = c["step"], c["tokens_seen"]
-        self.state = TrialState(c["state"])
-        self._loss_sum, self._loss_n = c["loss_sum"], c["loss_n"]
-        self._last_eval_tokens, self._window = c["last_eval_tokens"], list(c["window"])
-        self.timings = dict(ckpt["timings"])
-        self._rng_cpu = ckpt["rng"]["cpu"]
-        if self._rng_cuda is not None and ckpt["rng"]["cuda"] is not None:
-            self._rng_cuda = ckpt["rng"]["cuda"]
-        self._data_seed = ckpt["data"]["seed"]
-        self.history = [dict(h) for h in ckpt["history"]]
-        self.fail_reason = None
-        return dict(ckpt.get("meta") or {})
+        return restore_trainer(self, path)
 
 
 def run_trial(

@@ -139,13 +139,6 @@ def _cycles(graph: dict[str, set[str]]) -> list[str]:
     return cycles
 
 
-#: Cycles through imports inside functions, still to break (this list only shrinks).
-CYCLES_LEFT = {
-    "sweep_models.transformer -> sweep_models.encoder_decoder -> sweep_models.transformer",
-    "sweep.scaling.allocation -> sweep.scaling.parametric -> sweep.scaling.allocation",
-}
-
-
 def test_every_module_imports_and_there_is_no_import_cycle():
     modules = _modules()
     assert len(modules) > 40
@@ -154,8 +147,8 @@ def test_every_module_imports_and_there_is_no_import_cycle():
     # Edges are every import that runs, inside functions too; a package's own __init__
     # importing its submodules is one direction, so a submodule importing its package's
     # __init__ (``from sweep.spec import X`` inside sweep/spec/) closes a cycle and is reported.
-    cycles = set(_cycles({name: _imports(name) for name in modules}))
-    assert cycles == CYCLES_LEFT, "import cycles:\n" + "\n".join(sorted(cycles - CYCLES_LEFT))
+    cycles = _cycles({name: _imports(name) for name in modules})
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
 def test_the_cycle_check_sees_an_import_inside_a_function():
@@ -170,18 +163,11 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 #: Modules and functions over those sizes, still to split (these lists only shrink).
 MODULES_OVER = {
-    "sweep/cli/analyze.py", "sweep/cli/study.py",
-    "sweep/data/corpus.py", "sweep/scaling/parametric.py", "sweep/scaling/report.py",
-    "sweep/schema.py",
-    "sweep/study/preflight.py", "sweep/tracking/trial_run.py", "sweep/train/trainer.py",
+    "sweep/cli/study.py", "sweep/schema.py", "sweep/study/preflight.py",
+    "sweep/tracking/trial_run.py",
 }
 FUNCTIONS_OVER = {
-    "models/sweep_models/cost/encoder_decoder.py:encoder_decoder_memory",
-    "models/sweep_models/cost/memory.py:block_terms", "sweep/cli/analyze.py:scaling",
     "sweep/cli/coord.py:coord_check", "sweep/cli/results.py:results",
-    "sweep/scaling/envelope.py:fit_envelope",
-    "sweep/scaling/parametric.py:fit_parametric",
-    "sweep/scaling/parametric.py:minimize_lbfgs_batched",
     "sweep/tracking/study_run.py:finish",
 }
 

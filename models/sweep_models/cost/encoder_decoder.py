@@ -1,7 +1,8 @@
 """Training-step memory of an encoder-decoder model (`sweep_models.encoder_decoder`), in bytes.
 
 The same op-by-op model as `sweep_models.cost.memory` (its docstring: what each op saves, the three
-moments of a step whose largest is the peak), over the encoder-decoder's modules. Notation:
+moments of a step whose largest is the peak), over the encoder-decoder's modules; what every model
+shares (weights, optimizer state, the loss, the moments) is its `step_memory`. Notation:
 S = src_len source tokens, T_dec = T - S target tokens of a window of T, B batch size,
 d = d_model, d_kv = n_kv_heads * d / n_heads, H heads, V vocab.
 
@@ -28,30 +29,26 @@ from __future__ import annotations
 
 from sweep_models.config import ModelConfig
 from sweep_models.cost.memory import (
-    BF16_BYTES,
     FP32_BYTES,
     INT64_BYTES,
-    OPTIMIZER_STATE_BYTES_PER_PARAM,
+    BlockTerms,
     MemoryEstimate,
+    TrainingStep,
     block_terms,
+    step_memory,
 )
-from sweep_models.cost.params import (
-    block_bias_params,
-    block_matmul_params,
-    cross_attn_params,
-    param_count,
-    position_rows,
-    qkv_width,
-)
+from sweep_models.cost.params import stack_depths
+from sweep_models.errors import required
 
 __all__ = ["encoder_decoder_memory"]
 
 
-def _cross_bytes(config: ModelConfig, s: int, dtype: str, backend: str, device: str
-                 ) -> tuple[int, int]:
-    """Bytes one cross-attention saves per target token and per source token (docstring)."""
+def _cross_bytes(config: ModelConfig, b: BlockTerms, s: int) -> tuple[int, int]:
+    """Bytes one cross-attention saves per target token and per source token (docstring).
+
+    ``b``: the terms of the step's blocks (any sequence length: these do not depend on it).
+    """
     d, h, d_kv = config.d_model, config.n_heads, config.d_kv
-    b = block_terms(config, s, dtype, backend, device)
     if config.norm_position == "pre":
         norm = b.residual * d + b.norm_stats + b.matmul * d
     else:
@@ -66,48 +63,24 @@ def _cross_bytes(config: ModelConfig, s: int, dtype: str, backend: str, device: 
     return norm + dropout + per_target, per_source
 
 
-def encoder_decoder_memory(
-    config: ModelConfig,
-    *,
-    batch_size: int,
-    seq_len: int,
-    dtype: str,
-    optimizer: str,
-    backend: str,
-    device: str,
-) -> MemoryEstimate:
+def encoder_decoder_memory(config: ModelConfig, step: TrainingStep) -> MemoryEstimate:
     """Memory of one steady-state training step of an encoder-decoder model.
 
     Args:
         config: An ``arch="encoder_decoder"`` model.
-        batch_size: Windows per step B.
-        seq_len: Tokens per window T (S = src_len < T <= ``config.seq_len``).
-        dtype: ``fp32`` or ``bf16`` (bf16 autocast with fp32 weights).
-        optimizer: ``adamw`` or ``sgd`` (with momentum).
-        backend: The resolved attention backend (`sweep_models.cost.memory.resolve_backend`).
-        device: ``cuda`` or ``cpu``.
+        step: The training step: B windows of T tokens (S = src_len < T <= ``config.seq_len``).
 
     Returns:
         A `sweep_models.cost.MemoryEstimate`, in bytes (module docstring: the model). The arguments
         are not checked; `sweep_models.cost.estimate` checks them.
     """
-    d, v = config.d_model, config.vocab_size
-    s, t_dec = config.src_len, seq_len - config.src_len
-    n_enc, n_dec = config.n_encoder_layers, config.n_decoder_layers
-    n_params = param_count(config)
-    enc = block_terms(config, s, dtype, backend, device)
-    dec = block_terms(config, t_dec, dtype, backend, device)
-    cross_target, cross_source = _cross_bytes(config, s, dtype, backend, device)
-
-    rows = position_rows(config)
-    buffer_bytes = 0
-    if config.pos_encoding == "rope":
-        buffer_bytes += 2 * FP32_BYTES * rows * config.d_head
-    elif config.pos_encoding == "sinusoidal":
-        buffer_bytes += FP32_BYTES * rows * d
-    weight_bytes = FP32_BYTES * n_params + buffer_bytes
-    grad_bytes = FP32_BYTES * n_params
-    optimizer_bytes = OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * n_params
+    d = config.d_model
+    s = required("src_len", config.src_len)
+    t_dec = step.seq_len - s
+    n_enc, n_dec = stack_depths(config)
+    enc = block_terms(config, step, s)
+    dec = block_terms(config, step, t_dec)
+    cross_target, cross_source = _cross_bytes(config, enc, s)
 
     # the encoder output read by every decoder layer: a pre-norm model's ln_enc output (and
     # its statistics) is new; a post-norm one's is the last block's output, already counted
@@ -119,34 +92,9 @@ def encoder_decoder_memory(
     per_source = n_enc * enc.layer + enc.embedding + enc_final + n_dec * cross_source
     per_target = n_dec * (dec.layer + cross_target) + dec.embedding + dec.final
     ids = enc.ids * (s + t_dec) + INT64_BYTES * t_dec  # idx and targets; the targets' slice
-    activation_bytes = batch_size * (per_source * s + per_target * t_dec + ids)
-    if config.pos_encoding == "learned":
-        activation_bytes += INT64_BYTES * (s + t_dec)  # position ids of each stack
-    if dtype == "bf16":
-        n_linear_params = (n_enc + n_dec) * (block_matmul_params(config)
-                                             + block_bias_params(config))
-        n_linear_params += n_dec * cross_attn_params(config)
-        activation_bytes += BF16_BYTES * (n_linear_params + v * d)
-    target_tokens = batch_size * t_dec
-    loss_bytes = (dec.matmul + 3 * FP32_BYTES) * target_tokens * v
-    held_logit_bytes = dec.matmul * target_tokens * v
-
-    largest_param = max(v * d, d * qkv_width(config), d * config.d_ff, 2 * d * config.d_kv,
-                        rows * d if config.pos_encoding == "learned" else 0)
-    if device == "cpu":
-        step_temp_bytes = (2 if optimizer == "adamw" else 1) * FP32_BYTES * largest_param
-    else:
-        step_temp_bytes = FP32_BYTES * n_params
-    transient = max(dec.attn_transient - dec.mlp_half, dec.mlp_grad) * target_tokens
-    memory_grad = FP32_BYTES * d * batch_size * s  # the encoder output's gradient
-    start_of_backward = activation_bytes + loss_bytes
-    first_block_backward = (activation_bytes + held_logit_bytes + FP32_BYTES * v * d
-                            + transient + memory_grad)
-    optimizer_step = (grad_bytes + held_logit_bytes
-                      + 2 * INT64_BYTES * batch_size * seq_len + step_temp_bytes)
-    total = weight_bytes + optimizer_bytes + max(start_of_backward, first_block_backward,
-                                                 optimizer_step)
-    return MemoryEstimate(
-        weights=int(weight_bytes), grads=int(grad_bytes), optimizer=int(optimizer_bytes),
-        activations=int(activation_bytes), logits=int(loss_bytes), total=int(total),
-    )
+    target_tokens = step.batch_size * t_dec
+    memory_grad = FP32_BYTES * d * step.batch_size * s  # the encoder output's gradient
+    return step_memory(
+        config, step, saved=step.batch_size * (per_source * s + per_target * t_dec + ids),
+        backward=dec.backward_transient * target_tokens + memory_grad,
+        logit_tokens=target_tokens)

@@ -49,8 +49,9 @@ from sweep_models.cost.params import (
     n_mlp_inputs,
     norm_params,
     qkv_width,
+    stack_depths,
 )
-from sweep_models.errors import ConfigError
+from sweep_models.errors import ConfigError, required
 from sweep_models.patterns import AttnLayout
 
 __all__ = [
@@ -103,7 +104,7 @@ def encoder_decoder_pairs(config: ModelConfig, seq_len: int | None = None) -> di
         ConfigError: If ``seq_len`` leaves no target token or exceeds the config's.
     """
     t = config.seq_len if seq_len is None else seq_len
-    s = config.src_len
+    s = required("src_len", config.src_len)
     if not s < t <= config.seq_len:
         raise ConfigError(f"seq_len={t} must be in [{s + 1}, {config.seq_len}] (src_len={s} "
                           "source tokens and at least one target token)")
@@ -113,7 +114,7 @@ def encoder_decoder_pairs(config: ModelConfig, seq_len: int | None = None) -> di
 
 def _layer_flops(config: ModelConfig) -> tuple[int, int, int]:
     """Per token: the fused QKV projection, the attention output projection and the MLP."""
-    d, f = config.d_model, config.d_ff
+    d, f = config.d_model, required("d_ff", config.d_ff)
     qkv = 2 * d * qkv_width(config)  # fused QKV projection Linear(d, d + 2 d_kv); MHA: 3d
     attn_out = 2 * d * d  # attention output projection Linear(d, d)
     mlp = 2 * (n_mlp_inputs(config) + 1) * d * f  # Linear(d, f) (SwiGLU: two) + Linear(f, d)
@@ -124,8 +125,9 @@ def _encoder_decoder_forward_flops(config: ModelConfig, seq_len: int, *, dense: 
     """Forward FLOPs per token of an encoder-decoder window (module docstring)."""
     d, v, d_kv = config.d_model, config.vocab_size, config.d_kv
     pairs = encoder_decoder_pairs(config, seq_len)
-    s, t_dec = config.src_len, seq_len - config.src_len
-    n_enc, n_dec = config.n_encoder_layers, config.n_decoder_layers
+    s = required("src_len", config.src_len)
+    t_dec = seq_len - s
+    n_enc, n_dec = stack_depths(config)
     if dense:
         pairs["decoder"] = t_dec * t_dec  # the causal mask ignored
         kv = 2 * d * d_kv + (2 * d_kv if config.bias else 0)  # cross keys and values

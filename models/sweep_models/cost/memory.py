@@ -47,12 +47,8 @@ from dataclasses import asdict, dataclass
 from typing import Literal, get_args
 
 from sweep_models.config import ModelConfig
-from sweep_models.cost.params import (
-    block_bias_params,
-    block_matmul_params,
-    param_count,
-    qkv_width,
-)
+from sweep_models.cost.params import block_linear_params, param_count, position_rows, qkv_width
+from sweep_models.errors import required
 
 __all__ = [
     "BlockTerms",
@@ -65,8 +61,10 @@ __all__ = [
     "MemoryBackend",
     "MemoryEstimate",
     "Optimizer",
+    "TrainingStep",
     "block_terms",
     "resolve_backend",
+    "step_memory",
     "training_memory",
 ]
 
@@ -135,6 +133,33 @@ def resolve_backend(config: ModelConfig, backend: str, device: str) -> str:
 
 
 @dataclass(frozen=True)
+class TrainingStep:
+    """One training step: what its memory depends on besides the model.
+
+    Attributes:
+        batch_size: Sequences (windows) per step B.
+        seq_len: Tokens per sequence T (<= the config's ``seq_len``).
+        dtype: ``fp32`` or ``bf16`` (bf16 autocast with fp32 weights).
+        optimizer: ``adamw`` or ``sgd`` (with momentum).
+        backend: The resolved attention backend, ``sdpa``, ``flex`` or ``math``
+            (`resolve_backend`).
+        device: ``cuda`` or ``cpu``.
+    """
+
+    batch_size: int
+    seq_len: int
+    dtype: Dtype
+    optimizer: Optimizer
+    backend: str
+    device: Device
+
+    @property
+    def matmul_bytes(self) -> int:
+        """Bytes of a matmul output element: 2 under bf16 autocast, else 4."""
+        return BF16_BYTES if self.dtype == "bf16" else FP32_BYTES
+
+
+@dataclass(frozen=True)
 class BlockTerms:
     """Per-token bytes of one block and its surroundings, the pieces of `training_memory`.
 
@@ -170,67 +195,84 @@ class BlockTerms:
     dropout_residual: int
     math_path: bool
 
+    @property
+    def backward_transient(self) -> int:
+        """The most a block's backward holds at once beyond the saved tensors, per token."""
+        return max(self.attn_transient - self.mlp_half, self.mlp_grad)
 
-def block_terms(
-    config: ModelConfig, seq_len: int, dtype: str, backend: str, device: str
-) -> BlockTerms:
-    """The per-token pieces of the activation memory of blocks over sequences of ``seq_len``.
 
-    Args:
-        config: The model.
-        seq_len: Tokens per sequence T (the math path's scores are T wide).
-        dtype: ``fp32`` or ``bf16`` (autocast).
-        backend: The resolved backend (`resolve_backend`).
-        device: ``cuda`` or ``cpu``.
+def _dropout_mask_bytes(config: ModelConfig, device: str, elem_bytes: int) -> int:
+    """A dropout mask's bytes per element of a tensor of ``elem_bytes`` (0 without dropout).
 
-    Returns:
-        A `BlockTerms`, in bytes (module docstring: what each tensor is).
+    CPU ``F.dropout`` is ``input * bernoulli mask`` with the mask in the input's dtype; CUDA
+    uses ``native_dropout`` with a bool mask.
     """
-    d, f, h, t = config.d_model, config.d_ff, config.n_heads, seq_len
-    d_kv = config.d_kv  # keys' and values' width: d, or less with grouped-query attention
-    # matmul outputs: bf16 under autocast
-    matmul_bytes = BF16_BYTES if dtype == "bf16" else FP32_BYTES
-    # residual stream, norm inputs and outputs: fp32 also under autocast
-    residual_bytes = FP32_BYTES
-    # the bf16 copy of an fp32 tensor that a Linear saves under autocast
-    autocast_copy_bytes = BF16_BYTES if dtype == "bf16" else 0
-    dropout_p = config.dropout
+    if config.dropout == 0:
+        return 0
+    return BOOL_BYTES if device == "cuda" else elem_bytes
 
-    def dropout_mask_bytes(elem_bytes: int) -> int:
-        # CPU F.dropout is `input * bernoulli mask` with the mask in the input's dtype;
-        # CUDA uses native_dropout with a bool mask.
-        if dropout_p == 0:
-            return 0
-        return BOOL_BYTES if device == "cuda" else elem_bytes
 
+def _norm_stats_bytes(config: ModelConfig) -> int:
+    """A norm's saved statistics per token, beyond its input.
+
+    ``native_layer_norm`` saves mean and rstd; RMSNorm is decomposed and saves
+    x * rsqrt(mean(x^2)) (d elements) and the rsqrt.
+    """
     if config.norm == "rmsnorm":
-        # decomposed: saves x * rsqrt(mean(x^2)) (d elements) and the rsqrt
-        norm_stats_bytes = residual_bytes * d + FP32_BYTES
-    else:
-        norm_stats_bytes = 2 * FP32_BYTES  # native_layer_norm saves mean and rstd
+        return FP32_BYTES * config.d_model + FP32_BYTES
+    return 2 * FP32_BYTES
 
-    math_path = backend == "math" or (backend == "sdpa" and device == "cpu" and dropout_p > 0)
+
+def _attention_bytes(config: ModelConfig, seq_len: int, matmul_bytes: int,
+                     math_path: bool) -> tuple[int, int]:
+    """Bytes one self-attention saves per token, and its backward transient per token."""
+    d, h, t = config.d_model, config.n_heads, seq_len
+    d_kv = config.d_kv  # keys' and values' width: d, or less with grouped-query attention
     if math_path:
         # Saves q*scale, k^T*scale, a contiguous copy of v (so the QKV output and the rotated
         # q, k are freed), the softmax output and, with dropout, its mask and the dropped
         # weights; the (B, H, T, q) output is copied into the projection's (B, T, d) input.
         # Grouped-query keys and values are first repeated to H heads, so all are d wide.
-        attn_bytes = 4 * matmul_bytes * d + h * t * matmul_bytes * (3 if dropout_p > 0 else 1)
-        attn_transient_bytes = 2 * matmul_bytes * h * t
-    else:
-        # The fused QKV output (d + 2 d_kv) is held by the q, k, v views the kernel saves
-        # (grouped-query kernels read the H_kv key and value heads without copying them);
-        # RoPE's rotated q and k are new tensors. The kernels lay their output out as
-        # (B, T, H, q) (the layout of q, and the native layout of the CUDA kernels), so the
-        # output projection's (B, T, d) input is the same storage; plus the logsumexp (B, H, T).
-        attn_bytes = matmul_bytes * (d + 2 * d_kv)
-        if config.pos_encoding == "rope":
-            attn_bytes += matmul_bytes * (d + d_kv)
-        attn_bytes += matmul_bytes * d + FP32_BYTES * h
-        attn_transient_bytes = matmul_bytes * (2 * d + 2 * d_kv)
+        saved = 4 * matmul_bytes * d + h * t * matmul_bytes * (3 if config.dropout > 0 else 1)
+        return saved, 2 * matmul_bytes * h * t  # the two score gradients (B, H, T, T)
+    # The fused QKV output (d + 2 d_kv) is held by the q, k, v views the kernel saves
+    # (grouped-query kernels read the H_kv key and value heads without copying them);
+    # RoPE's rotated q and k are new tensors. The kernels lay their output out as
+    # (B, T, H, q) (the layout of q, and the native layout of the CUDA kernels), so the
+    # output projection's (B, T, d) input is the same storage; plus the logsumexp (B, H, T).
+    saved = matmul_bytes * (d + 2 * d_kv)
+    if config.pos_encoding == "rope":
+        saved += matmul_bytes * (d + d_kv)
+    saved += matmul_bytes * d + FP32_BYTES * h
+    return saved, matmul_bytes * (2 * d + 2 * d_kv)  # the gradients of q, k, v and the output
+
+
+def block_terms(config: ModelConfig, step: TrainingStep, seq_len: int) -> BlockTerms:
+    """The per-token pieces of the activation memory of blocks over sequences of ``seq_len``.
+
+    Args:
+        config: The model.
+        step: The training step: its dtype, backend and device.
+        seq_len: Tokens each block attends over (the math path's scores are that wide): the
+            step's T, or an encoder-decoder model's S or T_dec.
+
+    Returns:
+        A `BlockTerms`, in bytes (module docstring: what each tensor is).
+    """
+    d, f = config.d_model, required("d_ff", config.d_ff)
+    # matmul outputs: bf16 under autocast; the residual stream, norm inputs and outputs: fp32
+    # also under autocast, of which each Linear saves a bf16 copy
+    matmul_bytes, residual_bytes = step.matmul_bytes, FP32_BYTES
+    autocast_copy_bytes = BF16_BYTES if step.dtype == "bf16" else 0
+    dropout_matmul = _dropout_mask_bytes(config, step.device, matmul_bytes)
+    dropout_residual = _dropout_mask_bytes(config, step.device, residual_bytes)
+    norm_stats_bytes = _norm_stats_bytes(config)
+    math_path = step.backend == "math" or (step.backend == "sdpa" and step.device == "cpu"
+                                           and config.dropout > 0)
+    attn_bytes, attn_transient_bytes = _attention_bytes(config, seq_len, matmul_bytes, math_path)
     mlp_hidden_tensors = {"relu": 1, "gelu": 2, "swiglu": 4}[config.activation]
     mlp_bytes = mlp_hidden_tensors * matmul_bytes * f
-    dropout_bytes = 2 * dropout_mask_bytes(matmul_bytes) * d  # after attention and MLP
+    dropout_bytes = 2 * dropout_matmul * d  # after attention and MLP
     if config.norm_position == "pre":
         layer_bytes = (2 * matmul_bytes * d + attn_bytes + mlp_bytes + 2 * residual_bytes * d
                        + 2 * norm_stats_bytes + dropout_bytes)
@@ -240,8 +282,6 @@ def block_terms(
         layer_bytes = (2 * autocast_copy_bytes * d + attn_bytes + mlp_bytes
                        + 4 * residual_bytes * d + 2 * norm_stats_bytes + dropout_bytes)
         final_bytes = autocast_copy_bytes * d  # the head saves the last block's output
-    embedding_bytes = residual_bytes * d + dropout_mask_bytes(residual_bytes) * d
-    ids_bytes = 2 * INT64_BYTES  # input and target ids
     # Backward of the last block: first the MLP's, which holds the gradients of the hidden
     # layer (GELU: one, as the projection's saved input is freed before the GELU backward
     # runs; ReLU: two, its saved output is still held; SwiGLU: two); then the attention's, once
@@ -249,105 +289,110 @@ def block_terms(
     # the math path's two score gradients (B, H, T, T).
     mlp_grad_bytes = (1 if config.activation == "gelu" else 2) * matmul_bytes * f
     mlp_half_bytes = (mlp_bytes + (matmul_bytes + residual_bytes) * d + norm_stats_bytes
-                      + dropout_mask_bytes(matmul_bytes) * d)
+                      + dropout_matmul * d)
     return BlockTerms(
-        layer=layer_bytes, final=final_bytes, embedding=embedding_bytes, ids=ids_bytes,
+        layer=layer_bytes, final=final_bytes,
+        embedding=residual_bytes * d + dropout_residual * d,
+        ids=2 * INT64_BYTES,  # input and target ids
         mlp_grad=mlp_grad_bytes, mlp_half=mlp_half_bytes, attn_transient=attn_transient_bytes,
         matmul=matmul_bytes, residual=residual_bytes, autocast_copy=autocast_copy_bytes,
-        norm_stats=norm_stats_bytes, dropout_matmul=dropout_mask_bytes(matmul_bytes),
-        dropout_residual=dropout_mask_bytes(residual_bytes), math_path=math_path)
+        norm_stats=norm_stats_bytes, dropout_matmul=dropout_matmul,
+        dropout_residual=dropout_residual, math_path=math_path)
 
 
-def _activation_bytes_per_token(
-    config: ModelConfig, seq_len: int, dtype: str, backend: str, device: str
-) -> tuple[int, int]:
-    """Bytes saved for backward per token, and the backward transient per token.
-
-    Returns:
-        ``(saved, transient)``: ``saved`` covers the residual stream, every tensor an op saves
-        for backward (module docstring) and the input and target ids; ``transient`` the largest
-        extra a block's backward holds at once.
-    """
-    b = block_terms(config, seq_len, dtype, backend, device)
-    saved = config.n_layers * b.layer + b.embedding + b.final + b.ids
-    return saved, max(b.attn_transient - b.mlp_half, b.mlp_grad)
+def _buffer_bytes(config: ModelConfig) -> int:
+    """The model's buffers, built at the config's sizes whatever the step's sequence length."""
+    rows = position_rows(config)
+    out = 0
+    if config.attn_pattern != "dense":
+        out += BOOL_BYTES * config.seq_len**2  # keep-mask
+    if config.pos_encoding == "rope":
+        out += 2 * FP32_BYTES * rows * config.d_head  # cos and sin tables
+    elif config.pos_encoding == "sinusoidal":
+        out += FP32_BYTES * rows * config.d_model
+    return out
 
 
-def training_memory(
-    config: ModelConfig,
-    *,
-    batch_size: int,
-    seq_len: int,
-    dtype: str,
-    optimizer: str,
-    backend: str,
-    device: str,
-) -> MemoryEstimate:
-    """Memory of one steady-state training step (module docstring: the model and its sources).
+def _largest_param(config: ModelConfig) -> int:
+    """Elements of the model's largest parameter tensor."""
+    d = config.d_model
+    # a cross-attention's Linear(d, 2 d_kv) is always below the QKV's Linear(d, d + 2 d_kv)
+    return max(config.vocab_size * d, d * qkv_width(config), d * required("d_ff", config.d_ff),
+               position_rows(config) * d if config.pos_encoding == "learned" else 0)
+
+
+def step_memory(config: ModelConfig, step: TrainingStep, *, saved: int, backward: int,
+                logit_tokens: int) -> MemoryEstimate:
+    """The memory of a steady-state step from what a model's forward pass saves.
+
+    What every model shares (module docstring: the model and its sources): weights and
+    buffers, gradients and optimizer state; the position ids and autocast's weight copies among
+    the activations; the loss over the logits of ``logit_tokens`` tokens; and the three moments
+    of a step, whose largest is the peak.
 
     Args:
         config: The model.
-        batch_size: Sequences per step B.
-        seq_len: Tokens per sequence T (<= ``config.seq_len``).
-        dtype: ``fp32`` or ``bf16`` (bf16 autocast with fp32 weights).
-        optimizer: ``adamw`` or ``sgd`` (with momentum).
-        backend: The resolved attention backend, ``sdpa``, ``flex`` or ``math``
-            (`resolve_backend`).
-        device: ``cuda`` or ``cpu``.
+        step: The training step.
+        saved: Bytes the blocks, embeddings, final norms and ids save for backward, over the
+            step's B sequences.
+        backward: Bytes the first block's backward holds at once beyond the saved tensors.
+        logit_tokens: Tokens whose logits the loss reads: B*T, or B*T_dec for an
+            encoder-decoder model.
 
     Returns:
-        A `MemoryEstimate`, in bytes. The arguments are not checked; `sweep_models.cost.estimate`
-        checks them.
+        A `MemoryEstimate`, in bytes.
     """
-    d, v, t, n_layers = config.d_model, config.vocab_size, seq_len, config.n_layers
+    d, v = config.d_model, config.vocab_size
     n_params = param_count(config)
-    tokens = batch_size * t
-    matmul_bytes = BF16_BYTES if dtype == "bf16" else FP32_BYTES
-
-    # Buffers are built at the config's seq_len, whatever the step's.
-    buffer_bytes = 0
-    if config.attn_pattern != "dense":
-        buffer_bytes += BOOL_BYTES * config.seq_len**2  # keep-mask
-    if config.pos_encoding == "rope":
-        buffer_bytes += 2 * FP32_BYTES * config.seq_len * config.d_head  # cos and sin tables
-    elif config.pos_encoding == "sinusoidal":
-        buffer_bytes += FP32_BYTES * config.seq_len * d
-    weight_bytes = FP32_BYTES * n_params + buffer_bytes
+    weight_bytes = FP32_BYTES * n_params + _buffer_bytes(config)
     grad_bytes = FP32_BYTES * n_params
-    optimizer_bytes = OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * n_params
+    optimizer_bytes = OPTIMIZER_STATE_BYTES_PER_PARAM[step.optimizer] * n_params
 
-    saved_per_token, transient_per_token = _activation_bytes_per_token(
-        config, t, dtype, backend, device
-    )
-    activation_bytes = saved_per_token * tokens
-    if config.attn_pattern != "dense" and backend == "sdpa":
-        activation_bytes += n_layers * matmul_bytes * t * t  # the mask as a float mask
+    activation_bytes = saved
     if config.pos_encoding == "learned":
-        activation_bytes += INT64_BYTES * t  # position ids
-    if dtype == "bf16":
+        activation_bytes += INT64_BYTES * step.seq_len  # position ids
+    if step.dtype == "bf16":
         # autocast's bf16 weight (and bias) copies, saved by each Linear
-        n_linear_params = n_layers * (block_matmul_params(config) + block_bias_params(config))
-        activation_bytes += BF16_BYTES * (n_linear_params + v * d)
+        activation_bytes += BF16_BYTES * (block_linear_params(config) + v * d)
     # logits, log-softmax output (fp32) and the gradients of both (fp32)
-    loss_bytes_per_logit = matmul_bytes + 3 * FP32_BYTES
-    loss_bytes = loss_bytes_per_logit * tokens * v
-    held_logit_bytes = matmul_bytes * tokens * v
+    loss_bytes = (step.matmul_bytes + 3 * FP32_BYTES) * logit_tokens * v
+    held_logit_bytes = step.matmul_bytes * logit_tokens * v
 
-    largest_param = max(v * d, d * qkv_width(config), d * config.d_ff,
-                        config.seq_len * d if config.pos_encoding == "learned" else 0)
-    if device == "cpu":
+    if step.device == "cpu":
         # single-tensor updates, one parameter at a time: AdamW's sqrt(exp_avg_sq) and its
         # quotient by the bias correction, SGD's decayed gradient
-        step_temp_bytes = (2 if optimizer == "adamw" else 1) * FP32_BYTES * largest_param
+        n_temps = 2 if step.optimizer == "adamw" else 1
+        step_temp_bytes = n_temps * FP32_BYTES * _largest_param(config)
     else:
         step_temp_bytes = FP32_BYTES * n_params  # foreach: one temporary for every parameter
     start_of_backward = activation_bytes + loss_bytes
-    first_block_backward = (activation_bytes + held_logit_bytes + FP32_BYTES * v * d
-                            + transient_per_token * tokens)
-    optimizer_step = grad_bytes + held_logit_bytes + 2 * INT64_BYTES * tokens + step_temp_bytes
+    first_block_backward = activation_bytes + held_logit_bytes + FP32_BYTES * v * d + backward
+    optimizer_step = (grad_bytes + held_logit_bytes
+                      + 2 * INT64_BYTES * step.batch_size * step.seq_len + step_temp_bytes)
     total = weight_bytes + optimizer_bytes + max(start_of_backward, first_block_backward,
                                                  optimizer_step)
     return MemoryEstimate(
         weights=int(weight_bytes), grads=int(grad_bytes), optimizer=int(optimizer_bytes),
         activations=int(activation_bytes), logits=int(loss_bytes), total=int(total),
     )
+
+
+def training_memory(config: ModelConfig, step: TrainingStep) -> MemoryEstimate:
+    """Memory of one steady-state training step (module docstring: the model and its sources).
+
+    Args:
+        config: A decoder-only model.
+        step: The training step (``step.seq_len <= config.seq_len``).
+
+    Returns:
+        A `MemoryEstimate`, in bytes. The arguments are not checked; `sweep_models.cost.estimate`
+        checks them.
+    """
+    t, n_layers = step.seq_len, config.n_layers
+    tokens = step.batch_size * t
+    b = block_terms(config, step, t)
+    saved = (n_layers * b.layer + b.embedding + b.final + b.ids) * tokens
+    if config.attn_pattern != "dense" and step.backend == "sdpa":
+        saved += n_layers * b.matmul * t * t  # the mask as a float mask
+    return step_memory(config, step, saved=saved, backward=b.backward_transient * tokens,
+                       logit_tokens=tokens)

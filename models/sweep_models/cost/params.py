@@ -25,9 +25,11 @@ V*d + T*d + L*(12d^2 + 13d) + 2d (nanoGPT ``scaling_laws.ipynb``; HF ``GPT2LMHea
 from __future__ import annotations
 
 from sweep_models.config import ModelConfig
+from sweep_models.errors import required
 
 __all__ = [
     "block_bias_params",
+    "block_linear_params",
     "block_matmul_params",
     "block_params",
     "cross_attn_params",
@@ -39,6 +41,7 @@ __all__ = [
     "norm_params",
     "param_count",
     "qkv_width",
+    "stack_depths",
 ]
 
 
@@ -62,7 +65,7 @@ def qkv_width(config: ModelConfig) -> int:
 
 def block_matmul_params(config: ModelConfig) -> int:
     """Weights of one block's Linear layers (no biases): QKV d(d + 2 d_kv), output d^2, MLP."""
-    d, f = config.d_model, config.d_ff
+    d, f = config.d_model, required("d_ff", config.d_ff)
     return d * qkv_width(config) + d * d + (n_mlp_inputs(config) + 1) * d * f
 
 
@@ -70,7 +73,7 @@ def block_bias_params(config: ModelConfig) -> int:
     """Biases of one block's Linear layers: QKV d + 2 d_kv, output d, MLP inputs f each and d."""
     if not config.bias:
         return 0
-    d, f = config.d_model, config.d_ff
+    d, f = config.d_model, required("d_ff", config.d_ff)
     return qkv_width(config) + d + n_mlp_inputs(config) * f + d
 
 
@@ -91,10 +94,33 @@ def decoder_block_params(config: ModelConfig) -> int:
     return block_params(config) + norm_params(config) + cross_attn_params(config)
 
 
+def block_linear_params(config: ModelConfig) -> int:
+    """Weights and biases of every block's Linear layers, a decoder block's cross-attention too.
+
+    What bf16 autocast copies, with the output projection.
+    """
+    per_block = block_matmul_params(config) + block_bias_params(config)
+    if config.arch == "encoder_decoder":
+        n_enc, n_dec = stack_depths(config)
+        return (n_enc + n_dec) * per_block + n_dec * cross_attn_params(config)
+    return config.n_layers * per_block
+
+
+def stack_depths(config: ModelConfig) -> tuple[int, int]:
+    """An encoder-decoder model's ``(n_encoder_layers, n_decoder_layers)``.
+
+    Raises:
+        ConfigError: For a decoder-only config, which has neither.
+    """
+    return (required("n_encoder_layers", config.n_encoder_layers),
+            required("n_decoder_layers", config.n_decoder_layers))
+
+
 def position_rows(config: ModelConfig) -> int:
     """Rows of the position table: seq_len, or max(src_len, tgt_len) for encoder-decoder."""
     if config.arch == "encoder_decoder":
-        return max(config.src_len, config.tgt_len)
+        src_len = required("src_len", config.src_len)
+        return max(src_len, config.seq_len - src_len)
     return config.seq_len
 
 
@@ -110,8 +136,8 @@ def param_count(config: ModelConfig) -> int:
     """
     d, v = config.d_model, config.vocab_size
     if config.arch == "encoder_decoder":
-        n = v * d + config.n_encoder_layers * block_params(config) \
-            + config.n_decoder_layers * decoder_block_params(config)
+        n_enc, n_dec = stack_depths(config)
+        n = v * d + n_enc * block_params(config) + n_dec * decoder_block_params(config)
         n_final_norms = 2
     else:
         n = v * d + config.n_layers * block_params(config)

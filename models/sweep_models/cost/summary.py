@@ -25,6 +25,7 @@ from sweep_models.cost.memory import (
     MemoryBackend,
     MemoryEstimate,
     Optimizer,
+    TrainingStep,
     resolve_backend,
     training_memory,
 )
@@ -146,16 +147,16 @@ def estimate(
             sequence length outside [1, config.seq_len] (for an encoder-decoder model,
             [src_len + 1, config.seq_len]).
     """
-    backend = config.attn_backend if attn_backend is None else attn_backend
+    requested: MemoryBackend = config.attn_backend if attn_backend is None else attn_backend
     check_choice("dtype", dtype, DTYPES)
     check_choice("optimizer", optimizer, OPTIMIZERS)
-    check_choice("attn_backend", backend, MEMORY_BACKENDS)
+    check_choice("attn_backend", requested, MEMORY_BACKENDS)
     check_choice("device", device, DEVICES)
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size={batch_size!r} must be a positive integer")
     t = config.seq_len if seq_len is None else seq_len
     layout = config.attn_layout
-    backend = resolve_backend(config, backend, device)
+    backend = resolve_backend(config, requested, device)
     memory_of = training_memory
     if config.arch == "encoder_decoder":
         pairs = encoder_decoder_pairs(config, t)
@@ -163,8 +164,8 @@ def estimate(
         memory_of = encoder_decoder_memory
     else:
         kept = attention_pairs(layout, t)
-    memory = memory_of(config, batch_size=batch_size, seq_len=t, dtype=dtype,
-                       optimizer=optimizer, backend=backend, device=device)
+    memory = memory_of(config, TrainingStep(batch_size=batch_size, seq_len=t, dtype=dtype,
+                                            optimizer=optimizer, backend=backend, device=device))
     fwd = forward_flops_per_token(config, t, kept)
     dense_fwd = dense_forward_flops_per_token(config, t)
     return CostEstimate(

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from sweep import schema as S
 from sweep.cli import app
-from sweep.scaling.report import FITS_ARTIFACT, PLOTS_ARTIFACT_DIR
+from sweep.scaling.report_json import FITS_ARTIFACT, PLOTS_ARTIFACT_DIR
 from sweep.tracking import StudyTracker, default_tracking_uri
 
 LAW = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}

@@ -6,14 +6,10 @@ from scipy.optimize import minimize_scalar
 
 from sweep.scaling import FitError
 from sweep.scaling.bootstrap import bootstrap_counts
-from sweep.scaling.parametric import (
-    HOFFMANN_GRID,
-    _batched_objective,
-    _objective,
-    compute_optimal,
-    fit_parametric,
-    minimize_lbfgs_batched,
-)
+from sweep.scaling.huber import batched_objective as _batched_objective
+from sweep.scaling.huber import objective as _objective
+from sweep.scaling.lbfgs import minimize_lbfgs_batched
+from sweep.scaling.parametric import HOFFMANN_GRID, compute_optimal, fit_parametric
 
 # Hoffmann et al. 2022, eq. 10 (approach 3 fit on MassiveText).
 CHINCHILLA = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}

@@ -14,15 +14,9 @@ import pytest
 
 from sweep import schema as S
 from sweep.scaling import FitError
-from sweep.scaling.report import (
-    APPROACHES,
-    Approach,
-    analyze,
-    default_budgets,
-    optimal_rows,
-    parse_approaches,
-    report_json,
-)
+from sweep.scaling.approaches import APPROACHES, Approach, parse_approaches
+from sweep.scaling.report import analyze, default_budgets, optimal_rows
+from sweep.scaling.report_json import report_json
 from sweep.scaling.runs import LOSS
 
 LAW = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}

@@ -70,7 +70,7 @@ def test_a_corpus_cache_that_fills_the_disk_says_the_disk_is_full(tmp_path, monk
     if disk == "tmpfs" and mount is None:
         pytest.skip("this machine cannot mount a tmpfs; the injected case covers it")
     if disk == "injected":  # numpy's short write ("N requested and M written", no errno)
-        import sweep.data.corpus as corpus_module
+        import sweep.data.cache as corpus_module
 
         real = corpus_module._write_split
 

@@ -1,0 +1,49 @@
+"""A run's artifacts written and read by store URI, for analyses run after a study.
+
+An analysis (`sweep analyze`) adds its JSON and figures to a study's parent run (`log_json`,
+`log_files`) and reads the spec the study stored there (`read_stored_spec`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from mlflow import MlflowClient
+
+from sweep.tracking.study_run import load_stored_spec
+
+__all__ = ["log_files", "log_json", "read_stored_spec"]
+
+
+def log_json(tracking_uri: str, run_id: str, data: Any, artifact_file: str) -> None:
+    """Log ``data`` as indented JSON to run ``run_id`` as ``artifact_file`` (a path in the run).
+
+    Raises:
+        mlflow.exceptions.MlflowException, OSError: The store refuses the artifact.
+    """
+    MlflowClient(tracking_uri).log_text(run_id, json.dumps(data, indent=2), artifact_file)
+
+
+def log_files(tracking_uri: str, run_id: str, paths: Iterable[str | Path],
+              artifact_dir: str) -> None:
+    """Log each file of ``paths`` to run ``run_id`` under ``artifact_dir``, in order.
+
+    Raises:
+        mlflow.exceptions.MlflowException, OSError: The store refuses a file.
+    """
+    client = MlflowClient(tracking_uri)
+    for path in paths:
+        client.log_artifact(run_id, str(path), artifact_dir)
+
+
+def read_stored_spec(tracking_uri: str, run_id: str) -> dict[str, Any]:
+    """The plain spec a study's parent run ``run_id`` stored as ``spec.yaml`` ({} if empty).
+
+    Raises:
+        mlflow.exceptions.MlflowException, OSError: The artifact cannot be downloaded.
+        yaml.YAMLError: It is not YAML.
+    """
+    return load_stored_spec(MlflowClient(tracking_uri), run_id)
