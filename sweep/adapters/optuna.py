@@ -10,6 +10,7 @@
 - The system attributes ``Trial.set_constraint`` writes (``constraints:<name>``), for a trial
   added whole with ``create_trial``.
 - The logger of ``optuna.study._optimize``, which warns of every trial that raised.
+- `FrozenStudy`, the type a storage's ``get_all_studies`` returns (``optuna.study._frozen``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
+from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["OPTIMIZE_LOGGER", "constraint_attrs", "fixed_params", "grid_attrs", "handle",
-           "reload", "set_state"]
+__all__ = ["OPTIMIZE_LOGGER", "FrozenStudy", "constraint_attrs", "fixed_params", "grid_attrs",
+           "handle", "reload", "set_state"]
 
 #: The logger Optuna's optimize loop warns on.
 OPTIMIZE_LOGGER = "optuna.study._optimize"

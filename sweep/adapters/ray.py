@@ -5,7 +5,8 @@
   an earlier run's trials, have no public API.
 - The training session (``ray.train._internal.session.get_session``): whether Ray still runs a
   function trainable's thread (`session_alive`).
-- The bootstrap address of a local Ray (``ray._private.services``), to check ``auto``.
+- The bootstrap address of a local Ray (``ray._private.services``), to check ``auto``, and
+  the loggers of Ray's job client that report every upload (`CHATTY_LOGGERS`).
 - PBT's exploit step (``PopulationBasedTraining._exploit``, its ``_trial_state`` and a trial's
   ``checkpoint_manager._latest_checkpoint_result``): `PinnedPBT` restarts a member from a copy
   of its donor's checkpoint that rotation cannot delete (ray-project/ray#8441).
@@ -26,10 +27,14 @@ from ray.train._internal.session import _TrainingResult, get_session
 from ray.tune.schedulers import PopulationBasedTraining
 from ray.tune.search.optuna import OptunaSearch
 
-__all__ = ["PinnedPBT", "bootstrap_address", "completed", "mark_completed", "search_sampler",
-           "search_space", "search_study", "search_trial", "session_alive"]
+__all__ = ["CHATTY_LOGGERS", "PinnedPBT", "bootstrap_address", "completed", "mark_completed",
+           "search_sampler", "search_space", "search_study", "search_trial", "session_alive"]
 
 log = logging.getLogger(__name__)
+
+#: Ray's client modules that log every package upload and closed log stream at INFO.
+CHATTY_LOGGERS = ("ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job.sdk",
+                  "ray._private.runtime_env.packaging")
 
 
 def search_study(searcher: OptunaSearch) -> Any:

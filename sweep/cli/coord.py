@@ -17,6 +17,7 @@ from rich.table import Table
 
 from sweep.cli import common
 from sweep.cli.common import app, bad_input, parse_sets
+from sweep.folder import RUNS, StudyFolder
 
 _DEFAULT_WIDTHS = (64, 128, 256, 512)
 _DEFAULT_LR = 1e-2  # microsoft/mup's examples check at a learning rate near the optimum's top
@@ -196,8 +197,9 @@ def coord_check(
         bad_input(f"--lr {lr}: must be a finite number > 0")
     config, train, width_list, pars, uri, spec = _resolve(
         spec_or_preset, parse_sets(sets), widths, parametrization, lr)
-    folder = Path(out) if out else (spec.default_output_dir() / "coord-check" if spec
-                                    else Path("runs") / "coord-check")
+    # the study's folder (its corpus cache too), else runs/coord-check
+    study = StudyFolder(spec.default_output_dir() if spec else RUNS / "coord-check")
+    folder = Path(out) if out else (study.root / "coord-check" if spec else study.root)
     from sweep.train.coord_check import width_config
     from sweep_models import ConfigError
 
@@ -218,8 +220,7 @@ def coord_check(
     from sweep.train.coord_check import LOGITS, coord_data, coord_figure, log_width_slopes
 
     # the study's own corpus cache by default; with --out, everything under that folder
-    cache = folder / "data" if out else (spec.default_output_dir() if spec
-                                         else Path("runs") / "coord-check") / "data"
+    cache = StudyFolder(folder).data if out else study.data
     try:
         corpus = load_corpus(uri, cache, vocab_size=spec.data.vocab_size if spec else None)
         corpus.require(config.seq_len)

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import math
 import socket
-from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from sweep.cli import common
 from sweep.cli.common import app, bad_input
+from sweep.folder import RUNS, StudyFolder
 from sweep.schema import (
     METRIC_BASELINE,
     METRIC_BEST_VAL_LOSS,
@@ -133,7 +133,8 @@ def results(
 
 def _latest_store() -> str:
 
-    stores = sorted(Path("runs").glob("*/mlflow.db"), key=lambda p: p.stat().st_mtime)
+    stores = sorted((StudyFolder(p).mlflow_db for p in RUNS.glob("*")
+                     if StudyFolder(p).mlflow_db.is_file()), key=lambda p: p.stat().st_mtime)
     if not stores:
         bad_input("no study store under ./runs; pass STUDY_OR_DIR or --tracking-uri")
     return str(stores[-1].parent)

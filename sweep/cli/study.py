@@ -13,6 +13,7 @@ from rich.table import Table
 
 from sweep.cli import common
 from sweep.cli.common import app, bad_input
+from sweep.folder import StudyFolder
 from sweep.schema import (
     METRIC_BASELINE,
     METRIC_BEST_VAL_LOSS,
@@ -103,7 +104,7 @@ def _inspect_corpus(spec):
 
     try:
         return inspect_corpus(spec.data.uri, vocab_size=spec.data.vocab_size,
-                              cache_dir=spec.default_output_dir() / "data")
+                              cache_dir=StudyFolder(spec.default_output_dir()).data)
     except DataError as exc:
         bad_input(f"data.uri: {exc}")
 
@@ -308,16 +309,12 @@ def _check_joinable(spec, tracking_uri: str, parent_run_id: str) -> None:
     Reads the parent run's ``spec.yaml`` and applies `sweep.spec.check_resume_compatible`, with
     the message ``sweep run`` gives; the allowed differences are printed as warnings.
     """
-    import yaml
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
     from sweep.spec.resume import ResumeError, check_resume_compatible
-    from sweep.tracking.study_run import load_stored_spec
+    from sweep.tracking import StoredSpecError, read_stored_spec
 
     try:
-        stored = load_stored_spec(MlflowClient(tracking_uri), parent_run_id)
-    except (MlflowException, OSError, yaml.YAMLError) as exc:
+        stored = read_stored_spec(tracking_uri, parent_run_id)
+    except StoredSpecError as exc:
         bad_input(f"study {spec.name}: cannot read the spec it stored on parent run "
                   f"{parent_run_id} ({exc}), so cannot tell whether this spec may join it")
     try:
@@ -380,10 +377,8 @@ def worker(
                   f"{shown_uri(storage)}; start it with sweep run (with the "
                   "same storage and --out)")
     _check_joinable(spec, uri, found[1])
-    from sweep.tracking.buffer import BUFFER_DIR
-
     ctx = StudyContext(spec, out_dir, TrialContext(uri, *found,
-                                                   buffer_dir=str(out_dir / BUFFER_DIR)),
+                                                   buffer_dir=str(StudyFolder(out_dir).buffer)),
                        device=device)
     from sweep.study.resume import interrupt_signals
     from sweep.tracking.faults import InfrastructureError
@@ -416,44 +411,39 @@ def sync(
     it resumes. Exits 0 when everything was sent, 3 when the store still does not answer (what
     was not sent stays), 1 when the store refused a run's writes for another reason.
     """
-    folder = Path(study_dir)
-    if not folder.is_dir():
+    if not Path(study_dir).is_dir():
         bad_input(f"STUDY_DIR {study_dir}: not a folder")
-    from sweep.tracking.buffer import BUFFER_DIR, buffered_runs
+    buffer = StudyFolder(Path(study_dir)).buffer
+    from sweep.tracking.buffer import buffered_runs
 
-    files = buffered_runs(folder / BUFFER_DIR)
+    files = buffered_runs(buffer)
     if not files:
-        common.console.print(f"nothing to send: no buffered trial runs in {folder / BUFFER_DIR}",
+        common.console.print(f"nothing to send: no buffered trial runs in {buffer}",
                              highlight=False)
         return
     uris = {tracking_uri or header.get("tracking_uri") for _, header in files}
     if None in uris or any("***" in u for u in uris):
-        bad_input(f"{folder / BUFFER_DIR}: the study's tracking URI hides its password "
+        bad_input(f"{buffer}: the study's tracking URI hides its password "
                   "(it is never stored); give it with --tracking-uri")
-    from mlflow import MlflowClient
-
     from sweep.tracking import UnreachableStoreError, check_reachable, shown_uri
-    from sweep.tracking.buffer import sync_folder
+    from sweep.tracking.buffer import sync_to
 
     for uri in sorted(uris):
         try:
             check_reachable(uri, "--tracking-uri" if tracking_uri else "the study's tracking URI")
         except UnreachableStoreError as exc:
-            common.stopped(f"{exc}; nothing sent, {len(files)} trial run(s) kept in "
-                           f"{folder / BUFFER_DIR}", 3)
-    clients = {uri: MlflowClient(uri) for uri in uris}
-    result = sync_folder(folder / BUFFER_DIR,
-                         lambda header: clients[tracking_uri or header["tracking_uri"]])
+            common.stopped(f"{exc}; nothing sent, {len(files)} trial run(s) kept in {buffer}", 3)
+    result = sync_to(buffer, lambda header: tracking_uri or header["tracking_uri"])
     shown = ", ".join(shown_uri(u) for u in sorted(uris))
     common.console.print(f"sent {result.writes} write(s) of {len(result.runs)} trial run(s) "
                          f"to {shown}", highlight=False)
     for run_id, reason in result.rejected:
-        common.err_console.print(f"run {run_id}: not sent: {reason} (kept in "
-                                 f"{folder / BUFFER_DIR})", highlight=False, soft_wrap=True)
+        common.err_console.print(f"run {run_id}: not sent: {reason} (kept in {buffer})",
+                                 highlight=False, soft_wrap=True)
     if result.error is not None:
         from sweep.tracking.faults import infrastructure_fault
 
         common.stopped(f"{infrastructure_fault(result.error)}; {len(result.left)} trial run(s) "
-                       f"kept in {folder / BUFFER_DIR}; run sweep sync again once it is back", 3)
+                       f"kept in {buffer}; run sweep sync again once it is back", 3)
     if result.rejected:
         raise typer.Exit(code=1)

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from sweep.cli import common
 from sweep.cli.common import SET_FORMS, app, bad_input, parse_sets, split_sets
+from sweep.folder import RUNS
 from sweep.schema import TrialState
 
 
@@ -110,7 +111,6 @@ def _train(base, study_trial, overrides, *, data, budget_tokens, out, save, trac
            tracking_uri, device, as_json) -> None:
     """`train` once its flags are read: check, train, track, save, print."""
     import os
-    from pathlib import Path
 
     from sweep.data import DataError
     from sweep.train.command import PrintReporter, TrainRequest, result_json
@@ -118,7 +118,7 @@ def _train(base, study_trial, overrides, *, data, budget_tokens, out, save, trac
 
     if out is None:
         out = study_trial.folder if study_trial is not None and study_trial.folder \
-            else Path("runs") / "train"
+            else RUNS / "train"
     try:
         request = TrainRequest(base, overrides["model"], overrides["train"], data,
                                budget_tokens, out)

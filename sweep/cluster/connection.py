@@ -30,11 +30,6 @@ __all__ = ["CONNECT_TIMEOUT_S", "ClusterError", "check_address", "connect", "res
 CONNECT_TIMEOUT_S = 5.0
 
 
-#: Ray's client modules that log every package upload and closed log stream at INFO.
-_CHATTY_LOGGERS = ("ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job.sdk",
-                   "ray._private.runtime_env.packaging")
-
-
 class ClusterError(ValueError):
     """A cluster that cannot be reached or used as asked, or a job that is not this service's."""
 
@@ -162,7 +157,9 @@ def connect(address: str | None) -> JobSubmissionClient:
     from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
-    for name in _CHATTY_LOGGERS:
+    from sweep.adapters.ray import CHATTY_LOGGERS
+
+    for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
 
     try:

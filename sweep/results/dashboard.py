@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from sweep.folder import StudyFolder
 from sweep.results.ui import Stopped, stop_signals
-from sweep.spec import JOURNAL_FILE
 
 
 class DashboardError(ValueError):
@@ -41,8 +41,7 @@ class StudyStorage:
 def _stored_spec(study_dir: Path) -> dict[str, Any] | None:
     """The spec the latest parent run in ``<study_dir>/mlflow.db`` stored, or None."""
     from sweep.results.table import StudyNotFoundError, resolve_study
-    from sweep.tracking import find_study
-    from sweep.tracking.study_run import load_stored_spec
+    from sweep.tracking import StoredSpecError, find_study, read_stored_spec
 
     try:
         uri, name = resolve_study(study_dir)
@@ -51,11 +50,9 @@ def _stored_spec(study_dir: Path) -> dict[str, Any] | None:
     found = find_study(uri, name)
     if found is None:
         return None
-    from mlflow import MlflowClient
-
     try:
-        return load_stored_spec(MlflowClient(uri), found[1])
-    except Exception:  # noqa: BLE001 (no spec.yaml: the folder decides alone)
+        return read_stored_spec(uri, found[1])
+    except StoredSpecError:  # no spec.yaml: the folder decides alone
         return None
 
 
@@ -75,7 +72,7 @@ def locate_storage(study_dir: str | Path, storage: str | None = None) -> StudySt
     if not folder.is_dir():
         raise DashboardError(f"STUDY_DIR {study_dir}: no such folder (pass a study's output "
                              "folder, e.g. runs/<name>)")
-    spec = _stored_spec(folder) if (folder / "mlflow.db").is_file() else None
+    spec = _stored_spec(folder) if StudyFolder(folder).mlflow_db.is_file() else None
     name = spec.get("name") if spec else None
     if storage is not None:
         if "://" not in storage and not Path(storage).is_file():
@@ -93,7 +90,7 @@ def locate_storage(study_dir: str | Path, storage: str | None = None) -> StudySt
             raise DashboardError(f"STUDY_DIR {study_dir}: the study's storage {url} was stored "
                                  "with its password masked; pass the URL with --storage")
         return StudyStorage(url, name)
-    journal = Path(url) if url else folder / JOURNAL_FILE
+    journal = Path(url) if url else StudyFolder(folder).journal
     if not journal.is_file():
         raise DashboardError(f"STUDY_DIR {study_dir}: no Optuna storage: {journal} does not "
                              "exist (no trial has started yet, or the study used another "

@@ -23,8 +23,9 @@ from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, Jour
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
     from optuna.study import StudyDirection
-    from optuna.study._frozen import FrozenStudy
     from optuna.trial import FrozenTrial, TrialState
+
+    from sweep.adapters.optuna import FrozenStudy
 
 
 class ReadOnlyError(PermissionError):
@@ -101,7 +102,7 @@ class ReadOnlyStorage(BaseStorage):
 
     def __init__(self, storage: BaseStorage,
                  refuse: Callable[[str], Exception] = ReadOnlyError) -> None:
-        self._storage = storage
+        self._wrapped = storage
         self._refuse = lambda what: refuse(_reason(what))
 
     # ------------------------------------------------------------------ writes: refused
@@ -141,42 +142,42 @@ class ReadOnlyStorage(BaseStorage):
 
     # -------------------------------------------------------------------- reads: handed on
     def get_study_id_from_name(self, study_name: str) -> int:
-        return self._storage.get_study_id_from_name(study_name)
+        return self._wrapped.get_study_id_from_name(study_name)
 
     def get_study_name_from_id(self, study_id: int) -> str:
-        return self._storage.get_study_name_from_id(study_id)
+        return self._wrapped.get_study_name_from_id(study_id)
 
     def get_study_directions(self, study_id: int) -> list[StudyDirection]:
-        return self._storage.get_study_directions(study_id)
+        return self._wrapped.get_study_directions(study_id)
 
     def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
-        return self._storage.get_study_user_attrs(study_id)
+        return self._wrapped.get_study_user_attrs(study_id)
 
     def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
-        return self._storage.get_study_system_attrs(study_id)
+        return self._wrapped.get_study_system_attrs(study_id)
 
     def get_all_studies(self) -> list[FrozenStudy]:
-        return self._storage.get_all_studies()
+        return self._wrapped.get_all_studies()
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
-        return self._storage.get_trial(trial_id)
+        return self._wrapped.get_trial(trial_id)
 
     def get_all_trials(self, study_id: int, deepcopy: bool = True,
                        states: Container[TrialState] | None = None) -> list[FrozenTrial]:
-        return self._storage.get_all_trials(study_id, deepcopy=deepcopy, states=states)
+        return self._wrapped.get_all_trials(study_id, deepcopy=deepcopy, states=states)
 
     def get_n_trials(self, study_id: int,
                      state: tuple[TrialState, ...] | TrialState | None = None) -> int:
-        return self._storage.get_n_trials(study_id, state)
+        return self._wrapped.get_n_trials(study_id, state)
 
     def get_best_trial(self, study_id: int) -> FrozenTrial:
-        return self._storage.get_best_trial(study_id)
+        return self._wrapped.get_best_trial(study_id)
 
     def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
-        return self._storage.get_trial_id_from_study_id_trial_number(study_id, trial_number)
+        return self._wrapped.get_trial_id_from_study_id_trial_number(study_id, trial_number)
 
     def get_trial_number_from_id(self, trial_id: int) -> int:
-        return self._storage.get_trial_number_from_id(trial_id)
+        return self._wrapped.get_trial_number_from_id(trial_id)
 
     def remove_session(self) -> None:
-        self._storage.remove_session()
+        self._wrapped.remove_session()

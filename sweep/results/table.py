@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from sweep import tracking
+from sweep.folder import find_store, missing_store
 from sweep.schema import (
     METRIC_BASELINE,
     METRIC_BEST_VAL_LOSS,
@@ -107,15 +108,9 @@ def resolve_study(study_or_dir: str | Path, tracking_uri: str | None = None) -> 
     """
     name = str(study_or_dir)
     if tracking_uri is None:
-        path = Path(study_or_dir)
-        for db in (path, path / "mlflow.db", Path("runs") / name / "mlflow.db"):
-            if db.is_file() and db.suffix == ".db":
-                break
-        else:
-            raise StudyNotFoundError(
-                f"no study {name!r}: neither {path / 'mlflow.db'} nor "
-                f"{Path('runs') / name / 'mlflow.db'} exists"
-            )
+        db = find_store(study_or_dir)
+        if db is None:
+            raise StudyNotFoundError(missing_store(study_or_dir))
         if not _is_mlflow_store(db):
             raise StudyNotFoundError(f"{db} is not an MLflow store (no experiments table)")
         tracking_uri = f"sqlite:///{db.resolve()}"
@@ -194,9 +189,7 @@ def trials_frame(trials: list[dict[str, Any]], baseline: float | None = None) ->
 
 def read_baseline(tracking_uri: str, parent_run_id: str) -> float:
     """The unigram baseline the study's parent run logged (nats per token), NaN if none."""
-    from mlflow import MlflowClient  # MLflow only when a study is read
-
-    metrics = MlflowClient(tracking_uri).get_run(parent_run_id).data.metrics
+    metrics = tracking.read_parent_metrics(tracking_uri, parent_run_id)
     return float(metrics.get(METRIC_BASELINE, math.nan))
 
 

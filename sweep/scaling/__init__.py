@@ -1,4 +1,4 @@
-"""Scaling laws fitted to a study's trials, and the models they recommend.
+"""Scaling laws fitted to a study's trials or to a table of points.
 
 - `load_runs` / `load_curves` (`sweep.scaling.runs`): a study's trained points and evaluations.
 - Fits, each returning a `FitResult` with intervals: `fit_power_law` (L = E + A / X^alpha),
@@ -6,7 +6,9 @@
   `fit_parametric` (approach 3, as Hoffmann et al.), `fit_vpnls` (variable projection).
 - `optimal_allocation`: N_opt, D_opt and the loss for a budget, under C = 6ND or the cost model.
 - `analyze` (`sweep.scaling.report`): the approaches side by side, as `sweep analyze scaling`.
-- `recommend`: the shapes of the study's size rule nearest to N_opt, priced by the cost model.
+
+The shapes a scaling study's size rule offers for each N_opt are the scaling kind's
+(`sweep.kinds.scaling.recommend`).
 
 Names are imported on first use (PEP 562), so ``import sweep.scaling`` loads neither scipy nor
 MLflow; ``sweep analyze scaling`` refuses bad input before either is loaded.
@@ -39,9 +41,6 @@ _LAZY = {
     "read_csv_points": "sweep.scaling.runs",
     "ScalingReport": "sweep.scaling.report",
     "analyze": "sweep.scaling.report",
-    "Recommendation": "sweep.scaling.recommend",
-    "recommend": "sweep.scaling.recommend",
-    "spec_fragment": "sweep.scaling.recommend",
 }
 
 __all__ = sorted(_LAZY)

@@ -29,7 +29,6 @@ from sweep.spec.domains import ChoiceDomain, Domain, FloatDomain, IntDomain, Par
 from sweep.spec.fields import DERIVED_MODEL_KEYS, OBJECTIVES, PBT_MUTABLE, SHAPE_FIELDS
 from sweep.spec.loader import SpecError, load_spec, parse_spec, spec_hash
 from sweep.spec.schema import (
-    JOURNAL_FILE,
     ConstraintsSpec,
     DataSpec,
     ResourcesSpec,
@@ -41,7 +40,6 @@ from sweep.spec.schema import (
 
 __all__ = [
     "DERIVED_MODEL_KEYS",
-    "JOURNAL_FILE",
     "OBJECTIVES",
     "PBT_MUTABLE",
     "SHAPE_FIELDS",

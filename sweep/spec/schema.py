@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from sweep.folder import StudyFolder
 from sweep.schema import METRIC_VAL_LOSS
 from sweep.spec.domains import Param, SpecParam
 from sweep.spec.fields import DATA_SCHEMES, MAX_TOKENS, OBJECTIVES
@@ -30,9 +31,6 @@ from sweep.train.config import BUDGET_FIELDS as _BUDGET_FIELDS
 
 if TYPE_CHECKING:
     from sweep.kinds import StudyKind
-
-#: The Optuna journal a study keeps in its output folder unless ``search.storage`` names one.
-JOURNAL_FILE = "optuna.journal"
 
 
 # ---------------------------------------------------------------------------------- sections
@@ -277,17 +275,15 @@ class StudySpec(BaseModel):
 
     def storage_url(self, out_dir: str | Path) -> str:
         """Optuna storage: the spec's RDB URL or journal file, else ``<out>/optuna.journal``."""
-        return self.search.storage or str(Path(out_dir) / JOURNAL_FILE)
+        return self.search.storage or str(StudyFolder(Path(out_dir)).journal)
 
     def tracking_uri(self, out_dir: str | Path) -> str:
         """MLflow tracking URI: the spec's, ``MLFLOW_TRACKING_URI``, or the study's SQLite file.
 
         The last is ``sqlite:///<out>/mlflow.db`` with an absolute path.
         """
-        from sweep.tracking.uris import default_tracking_uri  # MLflow only when asked
-
         return (self.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
-                or default_tracking_uri(out_dir))
+                or StudyFolder(Path(out_dir)).tracking_uri())
 
     def tracking_uri_source(self) -> str:
         """Where `tracking_uri` comes from, for messages.
@@ -300,7 +296,8 @@ class StudySpec(BaseModel):
         return "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "default"
 
     def default_output_dir(self) -> Path:
-        return Path("runs") / self.name
+        """The study's folder unless ``--out`` names one: ``./runs/<name>``."""
+        return StudyFolder.default(self.name).root
 
 
 def resolve_ref(spec: StudySpec, section: str, key: str) -> tuple[str, str] | None:

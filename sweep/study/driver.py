@@ -24,6 +24,7 @@ from typing import Any
 from sweep import tracking
 from sweep.data import Corpus
 from sweep.executors import get_executor
+from sweep.folder import StudyFolder
 from sweep.kinds import KindRun, Prepared
 from sweep.schema import METRIC_BEST_VAL_LOSS
 from sweep.space import SpaceSummary
@@ -40,7 +41,7 @@ from sweep.study.resume import (
 from sweep.study.summary import finish_study
 from sweep.study.trial import StudyContext
 from sweep.tracking import StudyTracker
-from sweep.tracking.buffer import BUFFER_DIR, buffered_runs
+from sweep.tracking.buffer import buffered_runs
 from sweep.tracking.faults import InfrastructureError, infrastructure_fault
 
 
@@ -267,7 +268,7 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
         tracker.log_corpus(corpus.describe(), corpus.baseline_unigram_loss)
         # A trial keeps its run's writes in the study folder while the store does not answer.
         tracker.context = dataclasses.replace(tracker.context,
-                                              buffer_dir=str(out / BUFFER_DIR))
+                                              buffer_dir=str(StudyFolder(out).buffer))
         ctx = StudyContext(spec, out, tracker.context, device=device, summary=space_summary,
                            _corpus=[corpus])
         total = prepared.total if prepared.total is not None else spec.search.n_trials
@@ -346,8 +347,9 @@ def _record_stop(job: KindRun, tracker: StudyTracker, out: Path, study: Any,
     except Exception:  # noqa: BLE001 (the store failed: the resume records it)
         tracker.finished = True
         counts = "not recorded: the tracking store did not answer"
-    kept = buffered_runs(out / BUFFER_DIR)
-    waiting = (f"; {len(kept)} trial run(s) kept in {out / BUFFER_DIR} until the "
+    buffer = StudyFolder(out).buffer
+    kept = buffered_runs(buffer)
+    waiting = (f"; {len(kept)} trial run(s) kept in {buffer} until the "
                f"tracking store answers (`sweep sync {out}` sends them)" if kept else "")
     stopped.args = (f"study {spec.name}: {stopped}; trials so far: {counts or 'none'}{waiting}; "
                     f"run the same command again to resume (output folder {out})",)

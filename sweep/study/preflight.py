@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweep.data import DataError, check_corpus
+from sweep.folder import StudyFolder
 from sweep.schema import METRIC_N_PARAMS
-from sweep.spec import JOURNAL_FILE, ChoiceDomain, StudySpec
+from sweep.spec import ChoiceDomain, StudySpec
 from sweep.train.cuda_probe import no_cuda_driver
 
 if TYPE_CHECKING:
@@ -216,13 +217,13 @@ def check_stores(spec: StudySpec, out: Path | None = None) -> None:
         PreflightError: Naming ``search.storage`` or the tracking URI's source, the file and
             what it is.
     """
-    storage = spec.search.storage or (str(out / JOURNAL_FILE) if out is not None else None)
+    storage = spec.search.storage or (str(StudyFolder(out).journal) if out is not None else None)
     storage_source = ("search.storage" if spec.search.storage
                       else f"search.storage (default, in --out {out})")
     tracking = spec.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
     tracking_source = spec.tracking_uri_source() if tracking else f"--out {out}"
     tracking_file = (sqlite_file(tracking) if tracking
-                     else out / "mlflow.db" if out is not None else None)
+                     else StudyFolder(out).mlflow_db if out is not None else None)
     if storage is None:
         storage_file, journal = None, False
     elif "://" not in storage:
@@ -425,7 +426,8 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
     created = next((p for p in reversed([out, *out.parents]) if not p.exists()), None)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        corpus = load_corpus(spec.data.uri, out / "data", vocab_size=spec.data.vocab_size)
+        corpus = load_corpus(spec.data.uri, StudyFolder(out).data,
+                             vocab_size=spec.data.vocab_size)
         if summary.min_seq_len is None:
             reasons = summary.untrainable_examples + summary.invalid_examples
             raise PreflightError(f"study {spec.name}: no sampled config can train: "

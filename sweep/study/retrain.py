@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sweep.folder import StudyFolder, find_store
 from sweep.schema import METRIC_BEST_VAL_LOSS, METRIC_TOKENS, TrialState, unflatten_params
 from sweep.train.command import TrainBase
 from sweep_models.errors import ConfigError
@@ -134,12 +135,10 @@ def check_study_folder(study_dir: str, tracking_uri: str | None) -> None:
     """
     if tracking_uri is not None:
         return
-    path = Path(study_dir)
-    if not any(p.is_file() for p in (path, path / "mlflow.db",
-                                      Path("runs") / study_dir / "mlflow.db")):
+    if find_store(study_dir) is None:
         raise ConfigError(f"--from-study {study_dir}: no study there (no "
-                          f"{path / 'mlflow.db'}); give the folder `sweep run` wrote, or "
-                          "--tracking-uri for a study on a tracking server")
+                          f"{StudyFolder(Path(study_dir)).mlflow_db}); give the folder `sweep "
+                          "run` wrote, or --tracking-uri for a study on a tracking server")
 
 
 def from_study(study_dir: str, trial: int | None = None,
@@ -156,11 +155,14 @@ def from_study(study_dir: str, trial: int | None = None,
         ConfigError: No such study, no such trial (naming the trials there), no completed
             trial to pick, or a trial without a config (an infeasible draw).
     """
-    from mlflow.exceptions import MlflowException
-
     from sweep.results import StudyNotFoundError, resolve_study
-    from sweep.tracking import UnreachableStoreError, find_study, read_trials
-    from sweep.tracking.study_run import load_stored_spec
+    from sweep.tracking import (
+        StoredSpecError,
+        UnreachableStoreError,
+        find_study,
+        read_stored_spec,
+        read_trials,
+    )
 
     check_study_folder(study_dir, tracking_uri)
     where = f"--from-study {study_dir}"
@@ -192,10 +194,8 @@ def from_study(study_dir: str, trial: int | None = None,
         raise ConfigError(f"--trial {chosen['trial']}: trial {chosen['trial']} of {name} "
                           f"({chosen['state']}) logged no resolved config to train again")
     try:
-        from mlflow import MlflowClient
-
-        spec = load_stored_spec(MlflowClient(uri), parent_run_id)
-    except (MlflowException, OSError) as exc:
+        spec = read_stored_spec(uri, parent_run_id)
+    except StoredSpecError as exc:
         raise ConfigError(f"{where}: the study's spec.yaml cannot be read: {exc}") from None
     data, vocab = _data_section(spec.get("data"), f"{where} (its spec.yaml)")
     from sweep.tracking.uris import sqlite_path

@@ -25,6 +25,7 @@ from typing import Any
 
 from sweep import space
 from sweep.data import Corpus, load_corpus
+from sweep.folder import StudyFolder
 from sweep.schema import (
     METRIC_BEST_VAL_LOSS,
     METRIC_RESUMED_TOKENS,
@@ -42,12 +43,7 @@ from sweep.train import NullReporter, Reporter, TrainConfig, Trainer
 from sweep_models.config import ModelConfig
 from sweep_models.errors import ConfigError
 
-#: The study folder's subfolder of WSD trunk checkpoints (``scaling.branches``).
-BRANCHES_DIR = "branches"
-#: The study folder's subfolder of trial checkpoints (``search.checkpoint_interval``).
-CHECKPOINTS_DIR = "checkpoints"
-
-__all__ = ["BRANCHES_DIR", "CHECKPOINTS_DIR", "OpenTrial", "StudyContext", "TrialOutcome",
+__all__ = ["OpenTrial", "StudyContext", "TrialOutcome",
            "evaluate", "open_trial", "train_trial"]
 
 
@@ -77,7 +73,7 @@ class StudyContext:
         """The study's corpus, prepared once per study folder and reused by every trial."""
         if not self._corpus:
             data = self.spec.data
-            self._corpus.append(load_corpus(data.uri, self.out_dir / "data",
+            self._corpus.append(load_corpus(data.uri, StudyFolder(self.out_dir).data,
                                             vocab_size=data.vocab_size))
         return self._corpus[0]
 
@@ -276,7 +272,7 @@ def _train_checkpointed(ctx: StudyContext, trial: OpenTrial, run: TrialRun, tee:
     """
     from sweep.train.checkpointed import train_checkpointed
 
-    root = ctx.out_dir / CHECKPOINTS_DIR
+    root = StudyFolder(ctx.out_dir).checkpoints
     folder = root / f"trial-{trial.number}"
     source = root / f"trial-{trial.retry_of}" if trial.retry_of is not None else None
     try:

@@ -8,7 +8,13 @@ other machines do not collide.
 """
 
 from sweep.spec.resume import ResumeError, check_resume_compatible
-from sweep.tracking.artifacts import log_files, log_json, read_stored_spec
+from sweep.tracking.artifacts import (
+    StoredSpecError,
+    log_files,
+    log_json,
+    read_parent_metrics,
+    read_stored_spec,
+)
 from sweep.tracking.reader import (
     find_study,
     find_trial_run,
@@ -30,6 +36,7 @@ from sweep.tracking.uris import (
 
 __all__ = [
     "ResumeError",
+    "StoredSpecError",
     "StudyTracker",
     "TrialContext",
     "TrialRun",
@@ -45,6 +52,7 @@ __all__ = [
     "log_files",
     "log_json",
     "mutated_params",
+    "read_parent_metrics",
     "read_stored_spec",
     "read_trials",
     "shown_uri",

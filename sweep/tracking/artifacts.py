@@ -11,11 +11,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
 
 from sweep.tracking.study_run import load_stored_spec
 
-__all__ = ["log_files", "log_json", "read_stored_spec"]
+__all__ = ["StoredSpecError", "log_files", "log_json", "read_parent_metrics", "read_stored_spec"]
 
 
 def log_json(tracking_uri: str, run_id: str, data: Any, artifact_file: str) -> None:
@@ -39,11 +41,22 @@ def log_files(tracking_uri: str, run_id: str, paths: Iterable[str | Path],
         client.log_artifact(run_id, str(path), artifact_dir)
 
 
+class StoredSpecError(RuntimeError):
+    """A study's stored ``spec.yaml`` cannot be read (the message says why)."""
+
+
 def read_stored_spec(tracking_uri: str, run_id: str) -> dict[str, Any]:
     """The plain spec a study's parent run ``run_id`` stored as ``spec.yaml`` ({} if empty).
 
     Raises:
-        mlflow.exceptions.MlflowException, OSError: The artifact cannot be downloaded.
-        yaml.YAMLError: It is not YAML.
+        StoredSpecError: The artifact cannot be downloaded, or is not YAML.
     """
-    return load_stored_spec(MlflowClient(tracking_uri), run_id)
+    try:
+        return load_stored_spec(MlflowClient(tracking_uri), run_id)
+    except (MlflowException, OSError, yaml.YAMLError) as exc:
+        raise StoredSpecError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def read_parent_metrics(tracking_uri: str, run_id: str) -> dict[str, float]:
+    """The latest value of each metric a study's parent run ``run_id`` logged."""
+    return dict(MlflowClient(tracking_uri).get_run(run_id).data.metrics)

@@ -44,14 +44,12 @@ from mlflow.entities import Metric, Param, RunTag
 
 from sweep.tracking.faults import infrastructure_fault
 
-#: The study folder's subfolder of buffered runs.
-BUFFER_DIR = "mlflow-buffer"
 #: The header line's ``format`` of a buffer file.
 FORMAT = "transformer-sweep mlflow-buffer 1"
 #: Seconds between attempts to send a buffered run while its trial trains.
 PROBE_S = 10.0
 
-__all__ = ["BUFFER_DIR", "FORMAT", "PROBE_S", "BufferedClient", "SyncResult", "buffered_runs",
+__all__ = ["FORMAT", "PROBE_S", "BufferedClient", "SyncResult", "buffered_runs", "sync_to",
            "replay_file", "sync_folder"]
 
 
@@ -325,6 +323,21 @@ def replay_file(path: Path | str | None, client: Any) -> int:
         path.unlink()
         sent_path.unlink(missing_ok=True)
         return sent
+
+
+def sync_to(folder: Path | str, uri_for: Any) -> SyncResult:
+    """`sync_folder` with each file sent to the store ``uri_for(header)`` names."""
+    from mlflow import MlflowClient
+
+    clients: dict[str, Any] = {}
+
+    def client_for(header: dict[str, Any]) -> Any:
+        uri = uri_for(header)
+        if uri not in clients:
+            clients[uri] = MlflowClient(uri)
+        return clients[uri]
+
+    return sync_folder(folder, client_for)
 
 
 def sync_folder(folder: Path | str, client_for: Any) -> SyncResult:

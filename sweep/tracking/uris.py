@@ -17,10 +17,12 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
+from sweep.folder import StudyFolder
+
 
 def default_tracking_uri(out_dir: str | Path) -> str:
-    """The default store of a study: ``sqlite:///<out_dir>/mlflow.db`` (absolute path)."""
-    return f"sqlite:///{Path(out_dir).resolve() / 'mlflow.db'}"
+    """The default store of a study: `sweep.folder.StudyFolder.tracking_uri` of ``out_dir``."""
+    return StudyFolder(Path(out_dir)).tracking_uri()
 
 
 def sqlite_path(tracking_uri: str) -> Path | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sweep.data import Corpus, load_corpus
+from sweep.folder import StudyFolder
 from sweep.schema import METRIC_TOKENS_PER_S, METRIC_TRAIN_LOSS, METRIC_VAL_BPB, METRIC_VAL_LOSS
 from sweep.train.config import BUDGET_FIELDS, TrainConfig
 from sweep.train.trainer import Reporter, Trainer, TrialResult
@@ -166,7 +167,7 @@ class TrainRequest:
         vocab = self.model_sets.get("vocab_size")
         if vocab is None and self.data == self.base.data:
             vocab = self.base.data_vocab_size
-        corpus = load_corpus(self.data, self.out / "data", vocab_size=vocab)
+        corpus = load_corpus(self.data, StudyFolder(self.out).data, vocab_size=vocab)
         if self.vocab_follows_corpus:
             self.model_config = self.model_config.replace(vocab_size=corpus.vocab_size)
         return corpus

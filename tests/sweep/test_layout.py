@@ -249,3 +249,103 @@ def test_python_m_sweep_cli_runs_the_cli():
                             text=True, timeout=120, cwd=SWEEP.parent)
     assert result.returncode == 0, result.stderr
     assert "validate" in result.stdout and "run" in result.stdout
+
+
+def _tree(path: Path) -> ast.AST:
+    return ast.parse(path.read_text())
+
+
+def _outside(folder: str) -> list[Path]:
+    return [p for p in sorted(SWEEP.rglob("*.py"))
+            if not p.relative_to(SWEEP.parent).as_posix().startswith(folder)]
+
+
+def _mlflow_imports(tree: ast.AST) -> list[int]:
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "mlflow"
+                                                     for a in node.names)
+            or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "mlflow"]
+
+
+def test_mlflow_is_used_only_through_sweep_tracking():
+    found = [f"{p.relative_to(SWEEP.parent)}:{line}" for p in _outside("sweep/tracking/")
+             for line in _mlflow_imports(_tree(p))]
+    assert not found, "MLflow imported outside sweep/tracking:\n" + "\n".join(found)
+    assert _mlflow_imports(ast.parse("from mlflow.entities import Run\nimport mlflow\n")) == [1, 2]
+
+
+#: Public names of the standard library that start with an underscore.
+_PUBLIC_UNDERSCORED = {"_exit", "_replace", "_asdict", "_fields", "_make"}
+
+
+def _own_names() -> set[str]:
+    """Every name the project defines (functions, classes, attributes, variables)."""
+    names = set()
+    for path in [*SWEEP.rglob("*.py"), *(SWEEP.parent / "models").rglob("*.py")]:
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+    return names
+
+
+def _private_uses(tree: ast.AST, own: set[str]) -> list[str]:
+    """Private attributes and modules of other libraries that ``tree`` reaches into."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                and not node.attr.startswith("__") and node.attr not in own \
+                and node.attr not in _PUBLIC_UNDERSCORED \
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            found.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and node.module not in (None, "__future__") \
+                and any(part.startswith("_") for part in node.module.split(".")):
+            found.append(f"{node.lineno}: from {node.module}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value.startswith(("optuna.", "ray.")) and "._" in node.value:
+            found.append(f"{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_private_parts_of_other_libraries_are_used_only_in_the_adapters():
+    own = _own_names()
+    found = [f"{p.relative_to(SWEEP.parent)}:{use}" for p in _outside("sweep/adapters/")
+             for use in _private_uses(_tree(p), own)]
+    assert not found, "move these into sweep/adapters:\n" + "\n".join(found)
+    probe = ast.parse("study._storage.get(t._trial_id)\nfrom ray._private import x\n"
+                      "self._mine\nos._exit(1)\n")
+    assert sorted(_private_uses(probe, own)) == ["1: ._storage", "1: ._trial_id",
+                                                 "2: from ray._private"]
+
+
+#: What names a study kind: the built-in kinds' sections and the PBT scheduler's name.
+_KIND_NAMES = {"scaling", "transfer", "pbt", "search.pbt"}
+
+
+def _kind_checks(tree: ast.AST) -> list[str]:
+    """Where ``tree`` asks which kind a study is: a kind's section read or compared by name."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in _KIND_NAMES \
+                and not (isinstance(node.value, ast.Name) and node.value.id == "sweep"):
+            found.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Compare):
+            found += [f"{node.lineno}: == {c.value!r}" for c in [node.left, *node.comparators]
+                      if isinstance(c, ast.Constant) and c.value in _KIND_NAMES]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "section" and node.args \
+                and isinstance(node.args[0], ast.Constant):
+            found.append(f"{node.lineno}: section({node.args[0].value!r})")
+    return found
+
+
+def test_only_the_kinds_own_modules_ask_which_kind_a_study_is():
+    found = [f"{p.relative_to(SWEEP.parent)}:{check}" for p in _outside("sweep/kinds/")
+             for check in _kind_checks(_tree(p))]
+    assert not found, "ask the study's kind (spec.kind) instead:\n" + "\n".join(found)
+    probe = ast.parse('if spec.scaling is not None and s.scheduler == "pbt":\n'
+                      '    spec.section("transfer")\nsweep.scaling.fit()\n')
+    assert sorted(_kind_checks(probe)) == ["1: .scaling", "1: == 'pbt'", "2: section('transfer')"]

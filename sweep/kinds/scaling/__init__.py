@@ -142,5 +142,10 @@ class ScalingKind(StudyKind):
 
         return describe_grid(spec, say, warn, device=device, as_json=as_json)
 
+    def add_commands(self, analyze: Any) -> None:
+        from sweep.kinds.scaling.analyze import register
+
+        register(analyze)
+
 
 KIND = ScalingKind()

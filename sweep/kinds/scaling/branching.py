@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sweep.folder import StudyFolder
 from sweep.schema import METRIC_BRANCH_TOKENS, TAG_BRANCH_FROM, TAG_BRANCH_NOTE
-from sweep.study.trial import BRANCHES_DIR, OpenTrial, StudyContext
+from sweep.study.trial import OpenTrial, StudyContext
 from sweep.train import Trainer
 from sweep.train.branches import train_branch
 
@@ -26,7 +27,7 @@ def train_branch_point(ctx: StudyContext, trial: OpenTrial, run: Any, reporter: 
     """
     result, info = train_branch(
         lambda: Trainer(trial.model, trial.train, ctx.corpus(), device=ctx.device), reporter,
-        ctx.out_dir / BRANCHES_DIR, meta={"run_id": run.run_id, "trial": trial.number})
+        StudyFolder(ctx.out_dir).branches, meta={"run_id": run.run_id, "trial": trial.number})
     run.log_metrics({METRIC_BRANCH_TOKENS: info.reused_tokens})
     tags = {TAG_BRANCH_FROM: info.source["run_id"]} if "run_id" in info.source else {}
     if info.notes:

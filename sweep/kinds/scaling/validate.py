@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
+from sweep.folder import StudyFolder
 from sweep.kinds.common import parametrization_line
 from sweep.kinds.scaling.layout import BudgetLayout, grid_rows, layout, layout_problems
 from sweep.kinds.scaling.rules import scaling_section
@@ -41,13 +42,12 @@ def describe_grid(spec: StudySpec, say: Any, warn: Any, *, device: str | None,
 
 def _measured_flops_per_s(spec: StudySpec) -> tuple[float | None, str]:
     """Median training FLOP/s of the completed trials of this study's own store, if any."""
-    db = spec.default_output_dir() / "mlflow.db"
-    if spec.tracking.uri or not db.is_file():
+    folder = StudyFolder.default(spec.name)
+    if spec.tracking.uri or not folder.mlflow_db.is_file():
         return None, "no measured throughput (no finished trials of this study yet)"
     from sweep.tracking import find_study, read_trials
-    from sweep.tracking.uris import default_tracking_uri
 
-    uri = default_tracking_uri(spec.default_output_dir())
+    uri = folder.tracking_uri()
     found = find_study(uri, spec.name)
     if found is None:
         return None, "no measured throughput (no finished trials of this study yet)"

@@ -91,5 +91,10 @@ class TransferKind(StudyKind):
         tr = grid.transfer_section(spec)
         return list(tr.widths), {"d_head": tr.d_head, "d_ff_ratio": tr.d_ff_ratio}
 
+    def add_commands(self, analyze: Any) -> None:
+        from sweep.kinds.transfer.analyze import register
+
+        register(analyze)
+
 
 KIND = TransferKind()

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from sweep.kinds.scaling import shapes
+from sweep.kinds.scaling.recommend import cost_model_flops_per_token
 from sweep.scaling import fit_parametric, fit_vpnls, optimal_allocation
-from sweep.scaling.recommend import cost_model_flops_per_token
 from sweep.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from sweep.scaling.recommend import recommend, spec_fragment
+from sweep.kinds.scaling.recommend import recommend, spec_fragment
 from sweep.spec import parse_spec
 from sweep_models.config import ModelConfig
 from sweep_models.cost import estimate, flops_per_token

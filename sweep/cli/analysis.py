@@ -1,0 +1,71 @@
+"""What the analysis commands (``sweep analyze ...``, each a study kind's) share.
+
+Finding a study's local store before MLflow is imported, reading the spec it stored, the output
+folder (``<study dir>/analysis`` by default) and the closing lines saying what was written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sweep.cli import common
+from sweep.cli.common import bad_input
+from sweep.folder import StudyFolder, find_store, missing_store
+
+__all__ = ["check_local_store", "default_out", "out_folder", "print_done", "study_spec"]
+
+
+def check_local_store(study: str) -> None:
+    """Exit 2 when no local store can hold ``study``, before MLflow is imported.
+
+    The same places `sweep.results.resolve_study` looks without a tracking URI.
+    """
+    if find_store(study) is None:
+        bad_input(missing_store(study))
+
+
+def default_out(points: Any, study: str | None) -> Path:
+    """``<study dir>/analysis``: the folder of the study's SQLite store; ``./analysis`` for CSV."""
+    if study is None:
+        return Path("analysis")
+    from sweep.tracking.uris import sqlite_path
+
+    db = sqlite_path(points.attrs["tracking_uri"])
+    folder = StudyFolder(db.parent) if db is not None else StudyFolder.default(
+        points.attrs["study"])
+    return folder.analysis
+
+
+def study_spec(attrs: dict[str, Any], without: str) -> Any:
+    """The study's spec from its parent run's ``spec.yaml``, or None when it cannot be read.
+
+    Then one note on stderr says what the command does ``without`` it.
+    """
+    from sweep.schema import SPEC_ARTIFACT
+    from sweep.spec import SpecError, parse_spec
+    from sweep.tracking import StoredSpecError, read_stored_spec
+
+    try:
+        return parse_spec(read_stored_spec(attrs["tracking_uri"], attrs["parent_run_id"]))
+    except (SpecError, StoredSpecError, KeyError) as exc:
+        common.err_console.print(f"note: {without}: the study's {SPEC_ARTIFACT} could not be "
+                                 f"read ({type(exc).__name__})", highlight=False)
+        return None
+
+
+def out_folder(out: str | None, points: Any, study: str | None) -> Path:
+    """``--out`` or the default folder, created; exits 2 when it cannot be."""
+    folder = Path(out) if out else default_out(points, study)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        bad_input(f"--out {folder}: {exc.strerror or exc}")
+    return folder
+
+
+def print_done(lines: list[str], as_json: bool) -> None:
+    """What was written and logged: on stderr beside JSON output, else on stdout."""
+    for line in lines:
+        (common.err_console if as_json else common.console).print(line, highlight=False,
+                                                                  markup=False)

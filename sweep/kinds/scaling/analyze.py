@@ -1,0 +1,197 @@
+"""``sweep analyze scaling``: the scaling kind's analysis command.
+
+Fits scaling laws (Chinchilla approaches 1-3 and VPNLS, `sweep.scaling`) to a study's trained
+points or a CSV of points, prints the compute-optimal models per target budget, recommends
+shapes of the study's size rule nearest to each N_opt (`sweep.kinds.scaling.recommend`), writes
+the plots and logs them with the fits to the study's parent run. Flags are checked before the
+fits, MLflow and matplotlib are imported, so bad input exits 2 at once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from sweep.cli import common
+from sweep.cli.analysis import check_local_store, out_folder, print_done, study_spec
+from sweep.cli.analyze_tables import excluded_text, print_scaling_report, report_console
+from sweep.cli.common import bad_input
+
+__all__ = ["register"]
+
+
+def register(analyze: Any) -> None:
+    """Add ``scaling`` to the ``sweep analyze`` group."""
+    analyze.command("scaling", help=_SCALING_HELP)(scaling)
+
+
+_SCALING_HELP = (
+    "Fit scaling laws (Chinchilla approaches 1, 2, 3 and VPNLS) and size compute-optimal "
+    "models.\n\n"
+    "Prints each fit's parameters with bootstrap intervals and the compute-optimal N_opt, D_opt "
+    "and loss per target budget (C = 6ND); writes the plots to --out and, for a study, logs the "
+    "plots and the fits' JSON to its parent MLflow run. An approach that cannot be fitted is "
+    "reported and the others still run; exits 1 when none could be, 2 for bad input."
+)
+
+
+def scaling(
+    study: str = typer.Argument(None, metavar="[STUDY_OR_DIR]",
+                                help="Study name (./runs/<name>), its folder, or its mlflow.db."),
+    csv: str = typer.Option(None, "--csv", metavar="FILE",
+                            help="Fit a table instead: columns n_params, n_tokens, loss "
+                                 "(optional flops, budget)."),
+    approach: str = typer.Option("all", help="1, 2, 3, vpnls or all (several joined by "
+                                             "commas, e.g. 2,3)."),
+    budget: list[str] = typer.Option(None, "--budget", metavar="FLOPS",
+                                     help="Target budget for the compute-optimal table "
+                                          "(repeat for several). Default: the study's own."),
+    bootstrap: int = typer.Option(1000, min=0, help="Bootstrap resamples per fit, for the "
+                                                    "intervals (0: none)."),
+    seed: int = typer.Option(0, help="Seed of the bootstrap resampling."),
+    out: str = typer.Option(None, "--out", metavar="DIR",
+                            help="Folder for the plots (default: <study dir>/analysis, or "
+                                 "./analysis with --csv)."),
+    n_params: str = typer.Option("total", "--n-params",
+                                 help="Parameter count: total (Chinchilla) or non-embedding "
+                                      "(Kaplan)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object keyed by "
+                                                       "approach."),
+    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (then STUDY is the "
+                                                "experiment name), e.g. http://host:5000."),
+) -> None:
+    """Fit scaling laws to a study or a CSV table and print the compute-optimal models."""
+    budgets = _scaling_flags(study, csv, budget, tracking_uri)
+    approaches = _approaches(approach, n_params)
+    if csv is not None:
+        points, curves = _csv_points(csv, n_params), None
+    else:
+        points, curves = _load_study(study, tracking_uri, n_params, curves="1" in approaches)
+    folder = out_folder(out, points, study)  # before the fits, which may take a while
+
+    from sweep.scaling.report import analyze
+
+    report = analyze(points, approaches=approaches, budgets=budgets, curves=curves,
+                     n_bootstrap=bootstrap, seed=seed)
+    if study is not None:
+        from sweep.kinds.scaling.recommend import add_recommendations
+
+        add_recommendations(report, study_spec(points.attrs, "no recommended shapes"))
+    done = _scaling_outputs(report, folder, points.attrs if study is not None else None)
+    if as_json:
+        from sweep.scaling.report_json import report_json
+
+        print(json.dumps(report_json(report)))
+    else:
+        print_scaling_report(report, report_console())
+    print_done(done, as_json)
+    if not any(result.ok for result in report.results.values()):
+        raise typer.Exit(code=1)
+
+
+def _scaling_flags(study: str | None, csv: str | None, budget: list[str] | None,
+                   tracking_uri: str | None) -> list[float]:
+    """The target budgets; exits 2 on a bad flag, before anything heavy is imported."""
+    if (study is None) == (csv is None):
+        bad_input("give a study (STUDY_OR_DIR) or --csv FILE, not both" if study else
+                  "give a study (STUDY_OR_DIR) or --csv FILE")
+    budgets = _parse_budgets(budget)
+    if csv is not None and not Path(csv).is_file():
+        bad_input(f"--csv {csv}: no such file")
+    if study is not None and tracking_uri is None:
+        check_local_store(study)
+    return budgets
+
+
+def _approaches(approach: str, n_params: str) -> tuple[str, ...]:
+    """The ``--approach`` keys; exits 2 on an unknown one or an unknown ``--n-params``."""
+    from sweep.scaling.approaches import parse_approaches
+    from sweep.scaling.runs import N_PARAMS_CONVENTIONS
+
+    try:
+        approaches = parse_approaches(approach)
+    except ValueError as exc:
+        bad_input(str(exc))
+    if n_params not in N_PARAMS_CONVENTIONS:
+        bad_input(f"--n-params {n_params!r}: choose {' or '.join(N_PARAMS_CONVENTIONS)}")
+    return approaches
+
+
+def _csv_points(csv: str, n_params: str) -> Any:
+    """The points of ``--csv``; exits 2 when they cannot be read."""
+    from sweep.scaling.runs import PointsError, read_csv_points
+
+    if n_params != "total":
+        bad_input("--n-params applies to a study; a --csv table's n_params is used as given")
+    try:
+        return read_csv_points(csv)
+    except PointsError as exc:
+        bad_input(f"--csv {exc}")
+
+
+def _scaling_outputs(report: Any, folder: Path, study: dict[str, Any] | None) -> list[str]:
+    """Write the plots to ``folder`` and log them and the fits to a ``study``'s parent run.
+
+    ``study`` is the points' ``attrs`` (its store and parent run), or None for a CSV. Returns
+    the lines saying what was written and logged; exits 2 when ``folder`` cannot be written.
+    """
+    from rich.markup import escape
+
+    from sweep.scaling.plots import write_figures
+    from sweep.scaling.report_json import log_report
+
+    try:
+        paths = write_figures(report, folder)
+    except OSError as exc:
+        bad_input(f"--out {folder}: {exc.strerror or exc}")
+    done = [f"wrote {len(paths)} plots to {folder}"]
+    if study is not None:
+        try:
+            log_report(report, study["tracking_uri"], study["parent_run_id"], paths)
+        except Exception as exc:  # the analysis stands without its copy in MLflow
+            common.err_console.print(f"[bold yellow]warning:[/] plots and fits not logged to "
+                                     f"the study's run: {escape(type(exc).__name__)}: "
+                                     f"{escape(str(exc))}", highlight=False)
+        else:
+            done.append(f"logged the fits and plots to run {study['parent_run_id']}")
+    return done
+
+
+def _parse_budgets(values: list[str] | None) -> list[float]:
+    """``--budget`` values (repeated, or joined by commas) as FLOPs; exits 2 on a bad one."""
+    budgets = []
+    for raw in (v for value in values or [] for v in value.split(",")):
+        try:
+            budget = float(raw)
+        except ValueError:
+            budget = math.nan
+        if not (math.isfinite(budget) and budget > 0):
+            bad_input(f"--budget {raw.strip()!r}: must be a positive number of FLOPs, e.g. 1e21")
+        budgets.append(budget)
+    return budgets
+
+
+def _load_study(study: str, tracking_uri: str | None, n_params: str, curves: bool):
+    from sweep.results import StudyNotFoundError
+    from sweep.scaling.runs import load_study
+    from sweep.tracking import UnreachableStoreError, shown_uri
+
+    try:
+        points, trained = load_study(study, tracking_uri=tracking_uri, n_params=n_params,
+                                     curves=curves)
+    except (StudyNotFoundError, UnreachableStoreError) as exc:
+        bad_input(str(exc))
+    except Exception as exc:  # MLflow's errors for an unreachable or unknown server
+        if tracking_uri is None:
+            raise
+        bad_input(f"--tracking-uri {shown_uri(tracking_uri)}: {type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0] if str(exc) else ''}")
+    if points.empty:
+        bad_input(f"study {points.attrs['study']!r}: none of its {points.attrs['n_trials']} "
+                  f"trials trained to the end with a finite loss "
+                  f"(excluded: {excluded_text(points.attrs['excluded']) or 'none'})")
+    return points, trained
