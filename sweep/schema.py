@@ -13,7 +13,8 @@ MLflow layout (see ``docs/architecture.md``):
   (`count_metric`); artifacts `SPEC_ARTIFACT`, `TRIALS_ARTIFACT`, `BEST_CONFIG_ARTIFACT`,
   ``plots/<name>.png``;
 - one child run per trial, named `run_name` (``trial-<n>``), params = the resolved model and
-  train config under dotted keys (`flatten_params`, values encoded with `encode_param`),
+  train config under dotted keys (`sweep.params.flatten_params`, values encoded with
+  `sweep.params.encode_param`),
   `COST_METRICS` at step 0, evaluation metrics with step = tokens seen (`METRIC_TOKENS` beside
   each, its value the step, so charts can draw against tokens), `RESULT_METRICS` and
   `METRIC_BEST_VAL_LOSS` at the end; tags `TAG_STATE`, `TAG_FAIL_REASON`, `TAG_TRIAL_NUMBER`;
@@ -31,9 +32,7 @@ Executor bookkeeping (Optuna user attributes, Ray Tune report and config keys) u
 from __future__ import annotations
 
 import enum
-import json
 import math
-from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
@@ -126,13 +125,9 @@ __all__ = [
     "TrialState",
     "cost_metrics",
     "count_metric",
-    "decode_param",
-    "encode_param",
-    "flatten_params",
     "mutation_key",
     "retrain_run_name",
     "run_name",
-    "unflatten_params",
 ]
 
 
@@ -364,57 +359,6 @@ def count_metric(state: TrialState | str) -> str:
 def mutation_key(key: str) -> str:
     """Metric and tag name of a hyperparameter changed during training: ``pbt.<key>``."""
     return f"pbt.{key}"
-
-
-# ----------------------------------------------------------------------------- param codec
-def encode_param(value: Any) -> str:
-    """An MLflow param value: lists, tuples and dicts as JSON, anything else as ``str``."""
-    if isinstance(value, (list, tuple, dict)):
-        return json.dumps(value, default=str)
-    return str(value)
-
-
-def decode_param(text: str) -> Any:
-    """Invert `encode_param`: ``"128"`` -> 128, ``"True"`` -> True, ``"[0.9]"`` -> list."""
-    if text in ("True", "False"):
-        return text == "True"
-    if text == "None":
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    if text[:1] in "[{":
-        try:
-            return json.loads(text)
-        except ValueError:
-            pass
-    return text
-
-
-def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Flatten sections to dotted keys: ``{"model": {"d_model": 64}}`` -> ``model.d_model``."""
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten_params(value, prefix=f"{name}."))
-        else:
-            flat[name] = value
-    return flat
-
-
-def unflatten_params(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """Invert `flatten_params`: ``model.d_model`` -> ``{"model": {"d_model": ...}}``."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = out
-        *heads, leaf = key.split(".")
-        for head in heads:
-            node = node.setdefault(head, {})
-        node[leaf] = value
-    return out
 
 
 def cost_metrics(estimate: Any) -> dict[str, float]:

@@ -59,7 +59,7 @@ def _study_from_frame(frame: pd.DataFrame) -> Any:
 
     done = frame[(frame["state"] == TrialState.COMPLETE) & frame[METRIC_BEST_VAL_LOSS].notna()]
     params = [c for c in frame.columns if c not in LEAD_COLUMNS]
-    distributions = {}
+    distributions: dict[str, FloatDistribution | CategoricalDistribution] = {}
     for name in params:
         values = done[name].dropna()
         if values.astype(str).nunique() < 2:

@@ -212,7 +212,7 @@ def load_results(study_or_dir: str | Path, tracking_uri: str | None = None) -> p
 
 
 def read_study(study_or_dir: str | Path,
-               tracking_uri: str | None = None) -> tuple[list[dict[str, Any]], dict[str, str]]:
+               tracking_uri: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """A study's trial records (`sweep.tracking.read_trials`) and where they come from.
 
     Returns:

@@ -6,16 +6,16 @@ and corner draws.
 `suggest` walks the spec's keys in dependency order, asks the trial for each active domain
 (``model.d_model``, ``train.lr``, ...) and skips keys whose ``when`` is false, so conditional
 fields never reach the sampler. Optuna parameter names are the dotted spec paths; choice options
-that are not scalars (such as ``betas`` pairs) are passed to Optuna as their JSON text and
-decoded back here.
+that are not scalars (such as ``betas`` pairs) are passed to Optuna as their MLflow param text
+and decoded back here (`sweep.params.choice_labels`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sweep.params import choice_labels, choice_value
 from sweep.spec import (
     ChoiceDomain,
     FloatDomain,
@@ -29,8 +29,6 @@ from sweep_models.config import ModelConfig
 from sweep_models.errors import ConfigError
 from sweep_models.presets import preset_dict
 
-_SCALARS = (str, int, float, bool, type(None))
-
 
 class InvalidConfig(ConfigError):
     """Sampled values that make no valid model or train config; record the trial INFEASIBLE.
@@ -42,21 +40,6 @@ class InvalidConfig(ConfigError):
     def __init__(self, message: str, params: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.params = dict(params or {})
-
-
-# ----------------------------------------------------------------------------- translation
-def choice_labels(domain: ChoiceDomain) -> list[Any]:
-    """Optuna categorical choices: the options, or their JSON text if any is not a scalar."""
-    if all(isinstance(o, _SCALARS) for o in domain.options):
-        return list(domain.options)
-    return [json.dumps(o) for o in domain.options]
-
-
-def _decode(domain: ChoiceDomain, value: Any) -> Any:
-    labels = choice_labels(domain)
-    if labels is not domain.options and value in labels and isinstance(value, str):
-        return domain.options[labels.index(value)]
-    return value
 
 
 def _active(spec: StudySpec, param: SpecParam, values: Mapping[str, Any]) -> bool:
@@ -84,7 +67,8 @@ def _sample(trial: Any, spec: StudySpec) -> dict[str, Any]:
         elif isinstance(d, IntDomain):
             values[p.path] = trial.suggest_int(p.path, *d.bounds, step=d.step, log=d.log)
         else:
-            values[p.path] = _decode(d, trial.suggest_categorical(p.path, choice_labels(d)))
+            label = trial.suggest_categorical(p.path, choice_labels(d.options))
+            values[p.path] = choice_value(d.options, label)
     return values
 
 
@@ -187,7 +171,7 @@ def configs_from_params(
             raise InvalidConfig(f"{p.path}: missing (an active parameter of the space)", params)
         value = params[p.path]
         if isinstance(p.domain, ChoiceDomain):
-            value = _decode(p.domain, value)
+            value = choice_value(p.domain.options, value)
             if isinstance(value, tuple):
                 value = list(value)
             if value not in p.domain.options:
@@ -236,7 +220,7 @@ def corner_params(spec: StudySpec) -> list[dict[str, Any]]:
             if p.domain is None or not _active(spec, p, {**values, **fixed_values(spec)}):
                 continue
             d = p.domain
-            values[p.path] = (choice_labels(d)[end] if isinstance(d, ChoiceDomain)
+            values[p.path] = (choice_labels(d.options)[end] if isinstance(d, ChoiceDomain)
                               else d.bounds[end])
         values.update(spec.kind.corner(spec, end))
         corners.append(values)

@@ -11,9 +11,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sweep.params import choice_labels
 from sweep.schema import METRIC_FLOPS_PER_TOKEN, METRIC_MEM_ESTIMATE, METRIC_N_PARAMS
 from sweep.space.constraints import check_constraints, memory_limit_bytes
-from sweep.space.sampling import choice_labels, configs_from_params, corner_params, sample_params
+from sweep.space.sampling import configs_from_params, corner_params, sample_params
 from sweep.spec import ChoiceDomain, FloatDomain, IntDomain, StudySpec
 from sweep.train.config import resolve_budget
 from sweep_models.errors import ConfigError
@@ -52,7 +53,7 @@ def grid_search_space(spec: StudySpec) -> dict[str, list[Any]]:
     for p in spec.searched():
         d = p.domain
         if isinstance(d, ChoiceDomain):
-            grid[p.path] = choice_labels(d)
+            grid[p.path] = choice_labels(d.options)
         elif isinstance(d, IntDomain):
             grid[p.path] = list(d.values())
         elif d.step is not None:

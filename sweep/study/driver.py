@@ -228,10 +228,10 @@ def _reconcile_after_stop(executor: Any, ctx: StudyContext) -> None:
     No retries are queued yet: the next resume queues them.
     """
     try:
-        if hasattr(executor, "reconcile"):
+        if hasattr(executor, "reconcile"):  # the executor's own record of its trials too
             executor.reconcile(ctx, retry=False)
         else:
-            reconcile(ctx, retry=False)
+            reconcile(ctx)
     except Exception:  # noqa: BLE001 (a store that is down: the next resume reconciles)
         pass
 
@@ -261,7 +261,7 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
          command: str | None = None) -> StudySummary:
     uri = spec.tracking_uri(out)
     executor = get_executor(spec.search.executor)
-    tracker = StudyTracker.start(uri, spec.tracking.experiment, _stored_spec(spec),
+    tracker = StudyTracker.start(uri, spec.tracking.experiment or spec.name, _stored_spec(spec),
                                  executor=spec.search.executor, algorithm=algorithm_name(spec),
                                  resume=True, spec_hash=spec_hash(spec), command=command)
     with tracker:

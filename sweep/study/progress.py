@@ -48,7 +48,7 @@ class TrialRow:
     """
 
     number: int
-    state: str
+    state: TrialState
     params: dict = field(default_factory=dict)
     tokens: int = 0
     val_loss: float = math.nan

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from sweep.folder import StudyFolder, find_store
-from sweep.schema import METRIC_BEST_VAL_LOSS, METRIC_TOKENS, TrialState, unflatten_params
+from sweep.params import unflatten_params
+from sweep.schema import METRIC_BEST_VAL_LOSS, METRIC_TOKENS, TrialState
 from sweep.train.command import TrainBase
 from sweep_models.errors import ConfigError
 

@@ -254,8 +254,9 @@ def train_trial(ctx: StudyContext, trial: OpenTrial,
     with _infrastructure_faults(), trial.run as run:
         tee = _Tee(run, reporter or NullReporter())
         result = ctx.spec.kind.train(ctx, trial, run, tee)  # the kind's own way, if it has one
-        if result is None and ctx.spec.search.checkpoint_interval:
-            result = _train_checkpointed(ctx, trial, run, tee)
+        interval = ctx.spec.search.checkpoint_interval
+        if result is None and interval:
+            result = _train_checkpointed(ctx, trial, run, tee, interval)
         elif result is None:
             trainer = Trainer(trial.model, trial.train, ctx.corpus(), device=ctx.device)
             result = trainer.train(tee)
@@ -264,7 +265,8 @@ def train_trial(ctx: StudyContext, trial: OpenTrial,
                         trial.cost, run.run_id, trial.constraints, result.tokens)
 
 
-def _train_checkpointed(ctx: StudyContext, trial: OpenTrial, run: TrialRun, tee: _Tee) -> Any:
+def _train_checkpointed(ctx: StudyContext, trial: OpenTrial, run: TrialRun, tee: _Tee,
+                        interval: int) -> Any:
     """Train with checkpoints, continuing the interrupted trial's (`sweep.train.checkpointed`).
 
     The folder is kept for a retry when an interruption or an infrastructure fault stops the
@@ -278,7 +280,7 @@ def _train_checkpointed(ctx: StudyContext, trial: OpenTrial, run: TrialRun, tee:
     try:
         result, info = train_checkpointed(
             lambda: Trainer(trial.model, trial.train, ctx.corpus(), device=ctx.device), tee,
-            folder, interval=ctx.spec.search.checkpoint_interval, resume_from=source,
+            folder, interval=interval, resume_from=source,
             meta={"run_id": run.run_id, "trial": trial.number})
     except Exception as exc:
         if infrastructure_fault(exc) is None:
@@ -287,9 +289,10 @@ def _train_checkpointed(ctx: StudyContext, trial: OpenTrial, run: TrialRun, tee:
             shutil.rmtree(folder, ignore_errors=True)  # failed for good: never retried
         raise
     tags = {}
-    if info.resumed_tokens:
+    resumed = info.source.get("trial", trial.retry_of)
+    if info.resumed_tokens and resumed is not None:
         run.log_metrics({METRIC_RESUMED_TOKENS: info.resumed_tokens})
-        tags[TAG_RESUMED_FROM] = run_name(int(info.source.get("trial", trial.retry_of)))
+        tags[TAG_RESUMED_FROM] = run_name(int(resumed))
     if info.notes:
         tags[TAG_CHECKPOINT_NOTE] = "; ".join(info.notes)
     run.set_tags(tags)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
+from sweep.params import decode_param
 from sweep.schema import (
     KIND_STUDY,
     METRIC_VAL_LOSS,
@@ -21,7 +22,6 @@ from sweep.schema import (
     TAG_STATE,
     TAG_TRIAL_NUMBER,
     TrialState,
-    decode_param,
     mutation_key,
 )
 
@@ -64,7 +64,7 @@ def read_trials(tracking_uri: str, experiment_id: str, parent_run_id: str) -> li
         Dicts with ``trial`` (int), ``run_id``, ``state``, ``fail_reason`` (str or None),
         ``branch_from`` (the run whose WSD trunk it continued, or None), ``retry_of`` (the
         number of the interrupted trial it retries, or None),
-        ``params`` (dotted keys, values decoded with `sweep.schema.decode_param`),
+        ``params`` (dotted keys, values decoded with `sweep.params.decode_param`),
         ``metrics`` (latest
         value of each metric; ``val_loss`` is the final one), ``start_time``/``end_time`` (ms).
     """

@@ -21,6 +21,7 @@ from mlflow.entities import Metric, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
+from sweep.params import unflatten_params
 from sweep.schema import (
     BEST_CONFIG_ARTIFACT,
     KIND_STUDY,
@@ -44,7 +45,6 @@ from sweep.schema import (
     UI_MODEL_TRAINING,
     TrialState,
     count_metric,
-    unflatten_params,
 )
 from sweep.spec.resume import ResumeError, check_resume_compatible
 from sweep.tracking.notes import experiment_note, parent_note

@@ -32,6 +32,7 @@ from mlflow.utils.validation import (
     MAX_TAG_VAL_LENGTH,
 )
 
+from sweep.params import encode_param, flatten_params
 from sweep.schema import (
     FAIL_REASON_ARTIFACT,
     LOSS_METRICS,
@@ -51,8 +52,6 @@ from sweep.schema import (
     TAG_TRUNCATED,
     TrialState,
     cost_metrics,
-    encode_param,
-    flatten_params,
     mutation_key,
     run_name,
 )

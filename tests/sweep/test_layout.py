@@ -163,7 +163,7 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 #: Modules and functions over those sizes, still to split (these lists only shrink).
 MODULES_OVER = {
-    "sweep/cli/study.py", "sweep/schema.py", "sweep/study/preflight.py",
+    "sweep/cli/study.py",
     "sweep/tracking/trial_run.py",
 }
 FUNCTIONS_OVER = {

@@ -21,8 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sweep.kinds.transfer.section import TransferSpec
-from sweep.schema import decode_param, encode_param
-from sweep.space.sampling import choice_labels
+from sweep.params import choice_labels, decode_param, encode_param
 from sweep.spec import ChoiceDomain, StudySpec
 
 __all__ = ["WIDTH", "grid_fields", "point_key", "points", "transfer_section", "width_values"]
@@ -60,11 +59,12 @@ def points(spec: StudySpec) -> tuple[dict[str, Any], ...]:
     Returns:
         ``len(widths) * prod(len(choices))`` dicts ``{"model.d_model": w, "train.lr": lr,
         ...}`` whose values are the spec's choices (Optuna's categorical values, as
-        `sweep.space.sampling.choice_labels` passes them).
+        `sweep.params.choice_labels` passes them).
     """
     fields = grid_fields(spec)
     domains = {p.path: p.domain for p in spec.searched()}
-    axes = [choice_labels(domains[f]) for f in fields if isinstance(domains[f], ChoiceDomain)]
+    axes = [choice_labels(domains[f].options) for f in fields
+            if isinstance(domains[f], ChoiceDomain)]
     return tuple({WIDTH: w, **dict(zip(fields, combo, strict=True))}
                  for w in transfer_section(spec).widths for combo in itertools.product(*axes))
 

@@ -19,6 +19,7 @@ from mlflow import MlflowClient
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import TrialState as OptunaState
 
+from sweep.folder import StudyFolder
 from sweep.schema import (
     ATTR_OWNER,
     ATTR_PROGRESS,
@@ -29,7 +30,7 @@ from sweep.schema import (
     TrialState,
 )
 from sweep.tracking import find_study, read_trials
-from sweep.tracking.buffer import BUFFER_DIR, buffered_runs
+from sweep.tracking.buffer import buffered_runs
 from sweep.tracking.owner import owner_pid
 
 pytestmark = pytest.mark.slow
@@ -338,7 +339,7 @@ def check_after_fault(url, tmp_path, n_trials, buffered):
     assert evals[buffered] == evals[0] > 2  # the buffered trial lost no evaluation
     assert by_number[buffered]["metrics"]["best_val_loss"] == next(
         t.value for t in trials if t.number == buffered)
-    assert buffered_runs(tmp_path / "out" / BUFFER_DIR) == []
+    assert buffered_runs(StudyFolder(tmp_path / "out").buffer) == []
     tags = client.get_run(parent).data.tags
     assert tags[TAG_STATE] == TrialState.COMPLETE and TAG_FAIL_REASON not in tags
     return interrupted
@@ -352,7 +353,7 @@ def wait_for_outage(tmp_path, proc, timeout=180):
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         trials = optuna_trials(tmp_path)
-        kept = buffered_runs(tmp_path / "out" / BUFFER_DIR)
+        kept = buffered_runs(StudyFolder(tmp_path / "out").buffer)
         if kept and [t for t in trials if t.user_attrs.get(ATTR_STATE) == "INTERRUPTED"]:
             assert len(kept) == 1
             number = kept[0][1]["trial"]
@@ -397,7 +398,7 @@ def test_tracking_server_down_too_long_stops_with_one_line_then_syncs_and_resume
     assert len(stopped) == 1 and "the MLflow tracking server does not answer" in stopped[0]
     assert "run the same command again to resume" in stopped[0]
     assert "1 trial run(s) kept in" in " ".join(err.split())
-    kept = buffered_runs(tmp_path / "out" / BUFFER_DIR)
+    kept = buffered_runs(StudyFolder(tmp_path / "out").buffer)
     assert len(kept) == 1
     buffered = kept[0][1]["trial"]
     trials = optuna_trials(tmp_path)

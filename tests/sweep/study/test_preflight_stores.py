@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from sweep.cli import app
 from sweep.spec import parse_spec
-from sweep.study.preflight import PreflightError, check_stores, sqlite_file
+from sweep.study.preflight import PreflightError, check_stores
+from sweep.study.stores import sqlite_file
 
 
 def spec_dict(**sections):

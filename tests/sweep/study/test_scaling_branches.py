@@ -4,6 +4,7 @@ import pytest
 
 from sweep import space
 from sweep.data import load_corpus
+from sweep.folder import StudyFolder
 from sweep.kinds.scaling import layout as grid
 from sweep.kinds.scaling import shapes
 from sweep.schema import (
@@ -15,7 +16,6 @@ from sweep.schema import (
 )
 from sweep.spec import SpecError, parse_spec
 from sweep.study import run_study
-from sweep.study.trial import BRANCHES_DIR
 from sweep.tracking import read_trials
 from sweep.train import Trainer
 from sweep.train.branches import stable_end_tokens
@@ -86,8 +86,8 @@ def test_every_budget_is_its_own_point_and_trunks_are_shared(study):
         seen[(budget, shape.label)] = t["metrics"][METRIC_BRANCH_TOKENS]
     assert seen == foretold
     # one trunk checkpoint per shape, at the stable end of its largest budget
-    assert len(list((out / BRANCHES_DIR).iterdir())) == len(by_shape)
-    assert all(len(list(d.iterdir())) == 1 for d in (out / BRANCHES_DIR).iterdir())
+    assert len(list(StudyFolder(out).branches.iterdir())) == len(by_shape)
+    assert all(len(list(d.iterdir())) == 1 for d in StudyFolder(out).branches.iterdir())
 
 
 def test_a_branched_point_equals_a_run_trained_alone(study):

@@ -18,7 +18,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH
 
-from sweep import schema, tracking
+from sweep import params, schema, tracking
 from sweep.study.summary import finish_study
 from sweep.tracking import (
     ResumeError,
@@ -700,26 +700,35 @@ def test_relative_sqlite_uri_is_made_absolute(tmp_path, monkeypatch):
 @pytest.mark.parametrize("value", [128, 1e-3, True, False, None, "dense", [0.9, 0.95], 2.5e-05,
                                    {"a": 1}, 0, -3.5, "local"])
 def test_param_values_round_trip(value):
-    decoded = schema.decode_param(schema.encode_param(value))
+    decoded = params.decode_param(params.encode_param(value))
     assert decoded == value and type(decoded) is type(value)
 
 
 def test_param_codec_writes_what_mlflow_shows_and_reads_tuples_as_lists():
-    assert schema.encode_param((0.9, 0.95)) == "[0.9, 0.95]"
-    assert schema.decode_param(schema.encode_param((0.9, 0.95))) == [0.9, 0.95]
-    assert schema.encode_param(None) == "None" and schema.encode_param(True) == "True"
-    assert schema.decode_param("[not json") == "[not json"
-    assert schema.decode_param("1e-3") == 1e-3
+    assert params.encode_param((0.9, 0.95)) == "[0.9, 0.95]"
+    assert params.decode_param(params.encode_param((0.9, 0.95))) == [0.9, 0.95]
+    assert params.encode_param(None) == "None" and params.encode_param(True) == "True"
+    assert params.decode_param("[not json") == "[not json"
+    assert params.decode_param("1e-3") == 1e-3
+
+
+def test_a_choice_is_told_to_optuna_as_its_mlflow_param():
+    options = [[0.9, 0.95], [0.9, 0.99]]
+    labels = params.choice_labels(options)
+    assert labels == [params.encode_param(o) for o in options] == ["[0.9, 0.95]", "[0.9, 0.99]"]
+    assert [params.choice_value(options, label) for label in labels] == options
+    assert params.choice_labels(["dense", "local"]) == ["dense", "local"]
+    assert params.choice_value(["dense", "local"], "local") == "local"
 
 
 def test_flatten_and_unflatten_params_invert_each_other():
     nested = config(64, 1e-3)
-    flat = schema.flatten_params(nested)
+    flat = params.flatten_params(nested)
     assert flat["model.d_model"] == 64 and flat["train.betas"] == (0.9, 0.95)
     assert set(flat) == {f"{s}.{k}" for s, section in nested.items() for k in section}
-    assert schema.unflatten_params(flat) == nested
+    assert params.unflatten_params(flat) == nested
     # dotted keys pass through
-    assert schema.flatten_params({"train.lr": 1e-3}) == {"train.lr": 1e-3}
+    assert params.flatten_params({"train.lr": 1e-3}) == {"train.lr": 1e-3}
 
 
 @pytest.mark.parametrize(("address", "shown"), [
