@@ -17,66 +17,57 @@ it is a store file (``*.db``), ``PATH/mlflow.db``, or ``runs/PATH/mlflow.db``, i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["RUNS", "StudyFolder", "find_store", "missing_store", "store_candidates"]
+__all__ = ["LAYOUT", "RUNS", "StudyFolder", "find_store", "missing_store", "store_candidates"]
 
 #: Where studies go unless ``--out`` says otherwise (relative to the working directory).
 RUNS = Path("runs")
 _MLFLOW_DB = "mlflow.db"
 
 
+#: What a study writes where, relative to its folder (module docstring).
+LAYOUT = {
+    "journal": "optuna.journal",
+    "mlflow_db": _MLFLOW_DB,
+    "artifacts": "mlartifacts",
+    "buffer": "mlflow-buffer",
+    "data": "data",
+    "checkpoints": "checkpoints",
+    "branches": "branches",
+    "ray": "ray",
+    "analysis": "analysis",
+}
+
+
 @dataclass(frozen=True)
 class StudyFolder:
-    """The layout of one study's output folder (module docstring).
+    """The layout of one study's output folder: each entry of `LAYOUT` under ``root``.
 
     Attributes:
         root: The folder.
     """
 
     root: Path
+    journal: Path = field(init=False, repr=False)
+    mlflow_db: Path = field(init=False, repr=False)
+    artifacts: Path = field(init=False, repr=False)
+    buffer: Path = field(init=False, repr=False)
+    data: Path = field(init=False, repr=False)
+    checkpoints: Path = field(init=False, repr=False)
+    branches: Path = field(init=False, repr=False)
+    ray: Path = field(init=False, repr=False)
+    analysis: Path = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, relative in LAYOUT.items():
+            object.__setattr__(self, name, self.root / relative)
 
     @classmethod
     def default(cls, name: str) -> StudyFolder:
         """``./runs/<name>``: a study's folder unless ``--out`` names one."""
         return cls(RUNS / name)
-
-    @property
-    def journal(self) -> Path:
-        return self.root / "optuna.journal"
-
-    @property
-    def mlflow_db(self) -> Path:
-        return self.root / _MLFLOW_DB
-
-    @property
-    def artifacts(self) -> Path:
-        return self.root / "mlartifacts"
-
-    @property
-    def buffer(self) -> Path:
-        return self.root / "mlflow-buffer"
-
-    @property
-    def data(self) -> Path:
-        return self.root / "data"
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def branches(self) -> Path:
-        return self.root / "branches"
-
-    @property
-    def ray(self) -> Path:
-        return self.root / "ray"
-
-    @property
-    def analysis(self) -> Path:
-        return self.root / "analysis"
 
     def tracking_uri(self) -> str:
         """The default MLflow store: ``sqlite:///<root>/mlflow.db``, the path absolute."""

@@ -18,18 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sweep import schema
 from sweep.cluster.connection import ClusterError
-from sweep.schema import (
-    JOB_CODE,
-    JOB_EXPERIMENT,
-    JOB_OUT,
-    JOB_STUDY,
-    JOB_TRACKING_URI,
-    KIND_STUDY,
-    TAG_EXECUTOR,
-    TAG_KIND,
-    TAG_SPEC_HASH,
-)
 
 __all__ = ["describe", "ended", "exit_code", "follow_logs", "is_study", "stop", "study_job",
            "study_jobs", "wait_ended"]
@@ -47,7 +37,7 @@ def ended(details: Any) -> bool:
 
 def is_study(details: Any) -> bool:
     """Whether a `ray.job_submission.JobDetails` is a study this service submitted."""
-    return (details.metadata or {}).get(TAG_KIND) == KIND_STUDY
+    return (details.metadata or {}).get(schema.TAG_KIND) == schema.KIND_STUDY
 
 
 def study_jobs(client: Any) -> list[Any]:
@@ -88,12 +78,14 @@ def describe(details: Any, now: float | None = None) -> dict[str, Any]:
     end = details.end_time / 1000 if details.end_time else None
     running_to = end or (now if now is not None else time.time())
     return {
-        "job": details.submission_id, "state": _status(details), "study": meta.get(JOB_STUDY),
-        "name": meta.get("job_name"), "spec_hash": meta.get(TAG_SPEC_HASH),
-        "executor": meta.get(TAG_EXECUTOR), "start": start, "end": end,
+        "job": details.submission_id, "state": _status(details),
+        "study": meta.get(schema.JOB_STUDY), "name": meta.get("job_name"),
+        "spec_hash": meta.get(schema.TAG_SPEC_HASH),
+        "executor": meta.get(schema.TAG_EXECUTOR), "start": start, "end": end,
         "duration_s": running_to - start if start else None,
-        "tracking_uri": meta.get(JOB_TRACKING_URI), "experiment": meta.get(JOB_EXPERIMENT),
-        "out": meta.get(JOB_OUT), "code": meta.get(JOB_CODE),
+        "tracking_uri": meta.get(schema.JOB_TRACKING_URI),
+        "experiment": meta.get(schema.JOB_EXPERIMENT),
+        "out": meta.get(schema.JOB_OUT), "code": meta.get(schema.JOB_CODE),
         "exit_code": details.driver_exit_code, "message": details.message,
     }
 

@@ -18,6 +18,7 @@ Kinds are registered in one place, `sweep.kinds`; a spec's kind is `StudySpec.ki
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -83,6 +84,8 @@ class StudyKind:
         trials_from: Where the trials come from when ``search.n_trials`` does not count them
             (``"its grid points (transfer.widths x every choice)"``); None for a search.
         owned_model_fields: ``model`` fields the kind sets for every trial (a spec may not).
+        analysis: The module of the kind's ``sweep analyze`` command (it defines ``NAME``,
+            ``HELP`` and the command function ``command``), or None.
     """
 
     name: ClassVar[str] = ""
@@ -91,6 +94,7 @@ class StudyKind:
     search_defaults: ClassVar[Mapping[str, Any]] = {}
     trials_from: ClassVar[str | None] = None
     owned_model_fields: ClassVar[tuple[str, ...]] = ()
+    analysis: ClassVar[str | None] = None
 
     # ------------------------------------------------------------------------------- spec
     def selects(self, spec: StudySpec) -> bool:
@@ -193,7 +197,10 @@ class StudyKind:
         return None
 
     def add_commands(self, analyze: Any) -> None:
-        """Add the kind's analysis command(s) to the ``sweep analyze`` Typer group."""
+        """Add the kind's analysis command (`analysis`) to the ``sweep analyze`` Typer group."""
+        if self.analysis is not None:
+            module = importlib.import_module(self.analysis)
+            analyze.command(module.NAME, help=module.HELP)(module.command)
 
     # ---------------------------------------------------------------------------- identity
     def __eq__(self, other: object) -> bool:

@@ -6,10 +6,27 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from sweep.kinds.base import KindRun
+from sweep.kinds.base import KindRun, StudyKind
 from sweep.spec.schema import StudySpec
 
-__all__ = ["parametrization_line", "run_points"]
+__all__ = ["GridKind", "parametrization_line", "run_points"]
+
+
+class GridKind(StudyKind):
+    """A kind whose trials are the points of a grid, each trained once, to the end.
+
+    No early stopping unless the spec asks for it (a stopped point has no final loss to
+    compare); its spec section is named as the kind. Its subclass says where the points come
+    from (`StudyKind.trials_from`), how to run them (`run_points`) and which point a trial
+    trained (`StudyKind.point_key`).
+    """
+
+    search_defaults = {"pruner": "none", "scheduler": "none"}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "section" not in cls.__dict__:
+            cls.section = cls.name
 
 
 def run_points(job: KindRun, points: Iterable[dict[str, Any]],

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sweep.kinds.base import KindRun, Prepared, StudyKind
+from sweep.kinds.base import KindRun, Prepared
+from sweep.kinds.common import GridKind
 from sweep.kinds.scaling.rules import SCALING_OWNED_MODEL, scaling_problems, scaling_section
 from sweep.kinds.scaling.section import ScalingSpec
 from sweep.spec.domains import ChoiceDomain
@@ -27,17 +28,18 @@ if TYPE_CHECKING:
 __all__ = ["KIND", "ScalingKind"]
 
 
-class ScalingKind(StudyKind):
-    """IsoFLOP scaling: `sweep.kinds.scaling` (module docstring)."""
+class ScalingKind(GridKind):
+    """IsoFLOP scaling: `sweep.kinds.scaling` (module docstring).
+
+    An IsoFLOP curve needs every size trained to its budget (`GridKind`: no early stopping
+    unless the spec asks for it; then sweep validate warns).
+    """
 
     name = "scaling"
-    section = "scaling"
     section_model = ScalingSpec
-    # An IsoFLOP curve needs every size trained to its budget: no early stopping unless the
-    # spec asks for it (then sweep validate warns).
-    search_defaults = {"pruner": "none", "scheduler": "none"}
     trials_from = "its grid points (scaling.budgets x scaling.sizes_per_budget)"
     owned_model_fields = SCALING_OWNED_MODEL
+    analysis = "sweep.kinds.scaling.analyze"
 
     def problems(self, spec: StudySpec) -> Iterable[str]:
         return scaling_problems(spec)
@@ -142,10 +144,6 @@ class ScalingKind(StudyKind):
 
         return describe_grid(spec, say, warn, device=device, as_json=as_json)
 
-    def add_commands(self, analyze: Any) -> None:
-        from sweep.kinds.scaling.analyze import register
-
-        register(analyze)
 
 
 KIND = ScalingKind()

@@ -21,15 +21,11 @@ from sweep.cli.analysis import check_local_store, out_folder, print_done, study_
 from sweep.cli.analyze_tables import excluded_text, print_scaling_report, report_console
 from sweep.cli.common import bad_input
 
-__all__ = ["register"]
+__all__ = ["HELP", "NAME", "command"]
 
-
-def register(analyze: Any) -> None:
-    """Add ``scaling`` to the ``sweep analyze`` group."""
-    analyze.command("scaling", help=_SCALING_HELP)(scaling)
-
-
-_SCALING_HELP = (
+#: The command's name under ``sweep analyze``.
+NAME = "scaling"
+HELP = (
     "Fit scaling laws (Chinchilla approaches 1, 2, 3 and VPNLS) and size compute-optimal "
     "models.\n\n"
     "Prints each fit's parameters with bootstrap intervals and the compute-optimal N_opt, D_opt "
@@ -39,7 +35,7 @@ _SCALING_HELP = (
 )
 
 
-def scaling(
+def command(
     study: str = typer.Argument(None, metavar="[STUDY_OR_DIR]",
                                 help="Study name (./runs/<name>), its folder, or its mlflow.db."),
     csv: str = typer.Option(None, "--csv", metavar="FILE",

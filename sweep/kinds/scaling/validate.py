@@ -11,21 +11,12 @@ from typing import Any
 
 from rich.table import Table
 
+from sweep import schema
 from sweep.folder import StudyFolder
 from sweep.kinds.common import parametrization_line
 from sweep.kinds.scaling.layout import BudgetLayout, grid_rows, layout, layout_problems
 from sweep.kinds.scaling.rules import scaling_section
-from sweep.schema import (
-    METRIC_BRANCH_TOKENS,
-    METRIC_BUDGET_FLOPS,
-    METRIC_MEM_ESTIMATE,
-    METRIC_N_PARAMS,
-    METRIC_N_TOKENS,
-    METRIC_TOKENS_PER_PARAM,
-    METRIC_TRAIN_FLOPS,
-    METRIC_WALL_S,
-    TrialState,
-)
+from sweep.schema import TrialState
 from sweep.spec import StudySpec
 
 __all__ = ["describe_grid"]
@@ -51,9 +42,10 @@ def _measured_flops_per_s(spec: StudySpec) -> tuple[float | None, str]:
     found = find_study(uri, spec.name)
     if found is None:
         return None, "no measured throughput (no finished trials of this study yet)"
-    rates = [t["metrics"][METRIC_TRAIN_FLOPS] / t["metrics"][METRIC_WALL_S]
-             for t in read_trials(uri, *found) if t["state"] is TrialState.COMPLETE
-             and t["metrics"].get(METRIC_WALL_S, 0) > 0 and METRIC_TRAIN_FLOPS in t["metrics"]]
+    flops, wall = schema.METRIC_TRAIN_FLOPS, schema.METRIC_WALL_S
+    rates = [t["metrics"][flops] / t["metrics"][wall] for t in read_trials(uri, *found)
+             if t["state"] is TrialState.COMPLETE and t["metrics"].get(wall, 0) > 0
+             and flops in t["metrics"]]
     if not rates:
         return None, "no measured throughput (no finished trials of this study yet)"
     rate = sorted(rates)[len(rates) // 2]
@@ -70,18 +62,19 @@ def _print_grid(spec: StudySpec, layouts: list[BudgetLayout], device: str | None
                   "est. time", title=f"IsoFLOP grid: {len(rows)} trials")
     for r in rows:
         est = "-" if r["est_seconds"] is None else f"{r['est_seconds']:,.0f} s"
-        reused = (f"{r[METRIC_BRANCH_TOKENS]:,}",) if sc.branches else ()
-        table.add_row(f"{r[METRIC_BUDGET_FLOPS]:.3g}", r["shape"], f"{r[METRIC_N_PARAMS]:,}",
-                      f"{r[METRIC_N_TOKENS]:,}", *reused, f"{r[METRIC_TOKENS_PER_PARAM]:.1f}",
-                      f"{r[METRIC_MEM_ESTIMATE] / 2**20:,.0f} MiB", est)
+        reused = (f"{r[schema.METRIC_BRANCH_TOKENS]:,}",) if sc.branches else ()
+        table.add_row(f"{r[schema.METRIC_BUDGET_FLOPS]:.3g}", r["shape"],
+                      f"{r[schema.METRIC_N_PARAMS]:,}", f"{r[schema.METRIC_N_TOKENS]:,}", *reused,
+                      f"{r[schema.METRIC_TOKENS_PER_PARAM]:.1f}",
+                      f"{r[schema.METRIC_MEM_ESTIMATE] / 2**20:,.0f} MiB", est)
     say(table)
     say(parametrization_line(spec, "every size of the grid"))
     if sc.branches:
-        total = sum(r[METRIC_N_TOKENS] for r in rows)
-        trained = total - sum(r[METRIC_BRANCH_TOKENS] for r in rows)
-        n = sum(1 for r in rows if r[METRIC_BRANCH_TOKENS])
-        flops = sum(r[METRIC_TRAIN_FLOPS] for r in rows)
-        alone = sum(r[METRIC_BUDGET_FLOPS] for r in rows)
+        total = sum(r[schema.METRIC_N_TOKENS] for r in rows)
+        trained = total - sum(r[schema.METRIC_BRANCH_TOKENS] for r in rows)
+        n = sum(1 for r in rows if r[schema.METRIC_BRANCH_TOKENS])
+        flops = sum(r[schema.METRIC_TRAIN_FLOPS] for r in rows)
+        alone = sum(r[schema.METRIC_BUDGET_FLOPS] for r in rows)
         say(f"scaling.branches: {n} of {len(rows)} trials continue their shape's stable-phase "
             f"trunk; {trained:,} tokens trained instead of {total:,} "
             f"({1 - trained / total:.0%} fewer), {flops:.3g} training FLOPs instead of "

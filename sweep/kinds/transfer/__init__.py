@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
-from sweep.kinds.base import KindRun, StudyKind
-from sweep.kinds.common import parametrization_line, run_points
+from sweep.kinds.base import KindRun
+from sweep.kinds.common import GridKind, parametrization_line, run_points
 from sweep.kinds.transfer import grid
 from sweep.kinds.transfer.rules import TRANSFER_OWNED_MODEL, transfer_problems
 from sweep.kinds.transfer.section import TransferSpec
@@ -23,22 +23,23 @@ from sweep.spec.schema import StudySpec
 __all__ = ["KIND", "TransferKind"]
 
 
-class TransferKind(StudyKind):
-    """Width transfer: `sweep.kinds.transfer` (module docstring)."""
+class TransferKind(GridKind):
+    """Width transfer: `sweep.kinds.transfer` (module docstring).
+
+    Every learning rate of every width trains to the end (`GridKind`).
+    """
 
     name = "transfer"
-    section = "transfer"
     section_model = TransferSpec
-    # Every learning rate of every width trains to the end: a stopped point has no final loss.
-    search_defaults = {"pruner": "none", "scheduler": "none"}
     trials_from = "its grid points (transfer.widths x every choice)"
+    analysis = "sweep.kinds.transfer.analyze"
     owned_model_fields = TRANSFER_OWNED_MODEL
-
-    def problems(self, spec: StudySpec) -> Iterable[str]:
-        return transfer_problems(spec)
 
     def trial_count(self, spec: StudySpec) -> str:
         return f"{len(grid.points(spec))} (transfer grid)"
+
+    def problems(self, spec: StudySpec) -> Iterable[str]:
+        return transfer_problems(spec)
 
     def sample(self, trial: Any, spec: StudySpec) -> dict[str, Any]:
         width = trial.suggest_categorical(grid.WIDTH, list(grid.transfer_section(spec).widths))
@@ -91,10 +92,6 @@ class TransferKind(StudyKind):
         tr = grid.transfer_section(spec)
         return list(tr.widths), {"d_head": tr.d_head, "d_ff_ratio": tr.d_ff_ratio}
 
-    def add_commands(self, analyze: Any) -> None:
-        from sweep.kinds.transfer.analyze import register
-
-        register(analyze)
 
 
 KIND = TransferKind()

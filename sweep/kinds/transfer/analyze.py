@@ -18,15 +18,11 @@ from sweep.cli.analysis import check_local_store, out_folder, print_done, study_
 from sweep.cli.analyze_tables import print_transfer_reports, report_console
 from sweep.cli.common import bad_input
 
-__all__ = ["register"]
+__all__ = ["HELP", "NAME", "command"]
 
-
-def register(analyze: Any) -> None:
-    """Add ``transfer`` to the ``sweep analyze`` group."""
-    analyze.command("transfer", help=_TRANSFER_HELP)(transfer)
-
-
-_TRANSFER_HELP = (
+#: The command's name under ``sweep analyze``.
+NAME = "transfer"
+HELP = (
     "How far the best learning rate moves with width in a transfer study.\n\n"
     "Prints, per group of the grid (e.g. each parametrization), the best learning rate at each "
     "width on the grid and between grid points (a parabola's vertex in log lr), how many grid "
@@ -47,7 +43,7 @@ def transfer_spec(study: str, attrs: dict[str, Any]) -> Any:
     return spec
 
 
-def transfer(
+def command(
     study: str = typer.Argument(..., metavar="STUDY_OR_DIR",
                                 help="Study name (./runs/<name>), its folder, or its mlflow.db."),
     bootstrap: int = typer.Option(1000, min=0, help="Bootstrap resamples for the drift's "
