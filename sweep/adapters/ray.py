@@ -23,6 +23,7 @@ from typing import Any
 
 from ray import tune
 from ray._private import services
+from ray.train import Checkpoint
 from ray.train._internal.session import _TrainingResult, get_session
 from ray.tune.schedulers import PopulationBasedTraining
 from ray.tune.search.optuna import OptunaSearch
@@ -107,8 +108,9 @@ class PinnedPBT(PopulationBasedTraining):
         if self.pinned_dir is None:
             return super()._exploit(tune_controller, trial, trial_to_clone)
         donor = self._trial_state[trial_to_clone]
+        # Ray resolves a pending save of the donor's before it exploits it: a checkpoint or None.
         source = donor.last_checkpoint
-        if source is None or not os.path.isdir(source.path):
+        if not isinstance(source, Checkpoint) or not os.path.isdir(source.path):
             # Deleted since the donor's perturbation (rotation): the donor's latest instead.
             source = trial_to_clone.checkpoint
             if source is None or not os.path.isdir(source.path):

@@ -81,6 +81,7 @@ def cluster_facts(packages: tuple[str, ...], dependencies: tuple[str, ...]) -> d
         spec = importlib.util.find_spec(name)
         locations = list(spec.submodule_search_locations or []) if spec else []
         roots.append(locations[0] if locations else None)
+    found = [root for root in roots if root]
     try:
         version = importlib.metadata.version("transformer-sweep")
     except importlib.metadata.PackageNotFoundError:
@@ -96,7 +97,7 @@ def cluster_facts(packages: tuple[str, ...], dependencies: tuple[str, ...]) -> d
     return {
         "python": sys.executable,
         "roots": roots,
-        "fingerprint": code_fingerprint(roots) if all(roots) else None,
+        "fingerprint": code_fingerprint(found) if len(found) == len(roots) else None,
         "version": version,
         "missing": [d for d in dependencies if importlib.util.find_spec(d) is None],
         "mlflow_tracking_uri": uri,
@@ -180,8 +181,9 @@ def _delete_when_ended(client: Any, job_id: str) -> None:
 def local_packages() -> list[Path]:
     """The folders of this project's packages as imported here (``sweep``, ``sweep_models``)."""
     import importlib
+    import inspect
 
-    return [Path(importlib.import_module(name).__file__).parent for name in PACKAGES]
+    return [Path(inspect.getfile(importlib.import_module(name))).parent for name in PACKAGES]
 
 
 def code_plan(facts: ClusterFacts) -> tuple[dict[str, Any], str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweep.schema import (
     ATTR_CONSTRAINTS,
@@ -20,6 +20,9 @@ from sweep.schema import (
 from sweep.spec import StudySpec
 from sweep.train.config import TrainConfig
 from sweep_models.config import ModelConfig
+
+if TYPE_CHECKING:
+    from sweep_models.cost.memory import Device, Dtype
 
 #: Constraint values per trial, in order: parameters, forward FLOPs per token, memory.
 CONSTRAINT_NAMES = ("max_params", "max_flops_per_token", "max_memory")
@@ -122,15 +125,19 @@ def training_cost(model_cfg: ModelConfig, train_cfg: TrainConfig, device: str) -
     Raises:
         ValueError: An unknown or unavailable device.
     """
-    from sweep_models.cost import estimate
+    from sweep_models.cost import DEVICES, estimate
+    from sweep_models.errors import check_choice
 
+    kind: Device
+    dtype: Dtype
     if _surely_cpu(device):  # no torch needed: autocast is bf16 on CPU only when asked for
         kind, dtype = "cpu", "bf16" if train_cfg.precision == "bf16" else "fp32"
     else:
         from sweep.train.hardware import autocast_dtype, pick_device
 
         dev = pick_device(device)
-        kind = dev.type
+        check_choice("device", dev.type, DEVICES)  # another type (mps) as `estimate` refuses it
+        kind = "cuda" if dev.type == "cuda" else "cpu"
         dtype = "bf16" if autocast_dtype(train_cfg.precision, dev) is not None else "fp32"
     return estimate(model_cfg, batch_size=train_cfg.batch_size, seq_len=model_cfg.seq_len,
                     dtype=dtype, device=kind)

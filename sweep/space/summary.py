@@ -56,7 +56,7 @@ def grid_search_space(spec: StudySpec) -> dict[str, list[Any]]:
             grid[p.path] = choice_labels(d.options)
         elif isinstance(d, IntDomain):
             grid[p.path] = list(d.values())
-        elif d.step is not None:
+        elif isinstance(d, FloatDomain) and d.step is not None:
             lo, hi = d.bounds
             n = int(math.floor((hi - lo) / d.step + 1e-9)) + 1
             grid[p.path] = [round(lo + i * d.step, 12) for i in range(n)]
@@ -133,12 +133,12 @@ def summarize(spec: StudySpec, *, n_samples: int = 256, device: str | None = Non
             invalid.append(str(exc))
             continue
         dev = device or train_cfg.device
-        ok, reason, cost = check_constraints(spec, model_cfg, train_cfg, device=dev)
+        _, reason, cost = check_constraints(spec, model_cfg, train_cfg, device=dev)
         limit = memory_limit_bytes(spec, dev)
         ranges[METRIC_N_PARAMS].append(cost.n_params)
         ranges[METRIC_FLOPS_PER_TOKEN].append(cost.flops_per_token_fwd)
         ranges[METRIC_MEM_ESTIMATE].append(cost.memory.total)
-        if not ok:
+        if reason is not None:  # None when the config is within the constraints
             infeasible.append(reason)
         try:
             budget = resolve_budget(train_cfg, model_cfg)

@@ -96,7 +96,7 @@ class Rule:
         what = "integer" if self.integer else "value"
         lo = "" if self.lo is None else f"{show_number(self.lo)} {'<' if self.lo_open else '<='} "
         hi = "" if self.hi is None else f" {'<' if self.hi_open else '<='} {show_number(self.hi)}"
-        if lo and not hi:  # "value > 0" reads better than "0 < value"
+        if self.lo is not None and self.hi is None:  # "value > 0" reads better than "0 < value"
             return f"{what} {'>' if self.lo_open else '>='} {show_number(self.lo)}"
         return f"{lo}{what}{hi}" if lo or hi else f"finite {what}"
 

@@ -16,7 +16,7 @@ import types
 import typing
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -58,7 +58,13 @@ class _Refused(yaml.YAMLError):
         self.problem = problem
 
 
-class _SpecLoading:
+if TYPE_CHECKING:  # the mixin below is only ever combined with a safe loader (`loader_class`)
+    _SafeLoader = yaml.SafeLoader
+else:
+    _SafeLoader = object
+
+
+class _SpecLoading(_SafeLoader):
     """What a spec loader adds to PyYAML's safe loader (mixed in by `loader_class`).
 
     Refuses a key given twice in one mapping, naming the key's path and both lines;
@@ -115,8 +121,8 @@ class _SpecLoading:
 
         Parses the text again as events, which only a refused spec pays for.
         """
-        for event in yaml.parse(self.text, Loader=type(self)):
-            if isinstance(event, yaml.AliasEvent):
+        for event in yaml.parse(self.text, Loader=type(self)):  # each marked, each alias named
+            if isinstance(event, yaml.AliasEvent) and event.start_mark and event.anchor:
                 return event.start_mark.line + 1, event.anchor
         raise AssertionError("a node was reached twice without an alias")
 
@@ -143,12 +149,13 @@ class _SpecLoading:
         return super().construct_mapping(node, deep=deep)
 
 
-def loader_class(base: type) -> type:
+def loader_class(base: type[yaml.SafeLoader] | type[yaml.CSafeLoader]) -> type[_SpecLoading]:
     """A spec loader on PyYAML's ``base`` loader (``CSafeLoader`` or ``SafeLoader``).
 
     It reads ``1e-3`` and ``2e5`` as floats (YAML 1.1 needs a dot) and refuses duplicate keys.
     """
-    cls = type(f"Spec{base.__name__}", (_SpecLoading, base), {})
+    # A subclass of _SpecLoading by construction.
+    cls = cast("type[_SpecLoading]", type(f"Spec{base.__name__}", (_SpecLoading, base), {}))
     cls.add_implicit_resolver(
         "tag:yaml.org,2002:float",
         re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
@@ -336,7 +343,7 @@ def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:
     return "invalid YAML: " + " ".join(str(exc).split())
 
 
-def read_yaml(text: str, loader: type = SPEC_LOADER) -> Any:
+def read_yaml(text: str, loader: type[_SpecLoading] = SPEC_LOADER) -> Any:
     """Parse a spec's YAML text into plain data (dicts, lists, scalars), or None when empty.
 
     ``loader`` is a `loader_class` (`SPEC_LOADER`: libyaml's where installed); ``1e-3`` is a

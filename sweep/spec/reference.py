@@ -20,9 +20,9 @@ import inspect
 import re
 import types
 import typing
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, cast, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field
 
 from sweep.spec.fields import DATA_SCHEMES, DERIVED_MODEL_KEYS, FIELD_RULES, Rule, show_number
 from sweep.spec.schema import SearchSpec, StudySpec
@@ -160,12 +160,17 @@ def documented_spec() -> type[BaseModel]:
     closed = ConfigDict(extra="forbid", frozen=True)
 
     def with_sections(model: type[BaseModel], prefix: tuple[str, ...],
-                      **extra: Any) -> type[BaseModel]:
-        fields = {path[-1]: (section | None, None) for path, section in sections.items()
-                  if path[:-1] == prefix}
-        base = type(model.__name__, (model,), {"model_config": closed, "__doc__": model.__doc__})
-        return create_model(model.__name__, __base__=base, __doc__=model.__doc__,
-                            **extra, **fields)
+                      **replaced: tuple[type[BaseModel], object]) -> type[BaseModel]:
+        annotations: dict[str, object] = {path[-1]: section | None
+                                          for path, section in sections.items()
+                                          if path[:-1] == prefix}
+        defaults: dict[str, object] = dict.fromkeys(annotations)
+        for name, (annotation, default) in replaced.items():
+            annotations[name], defaults[name] = annotation, default
+        namespace = {"model_config": closed, "__doc__": model.__doc__, "__module__": __name__,
+                     "__annotations__": annotations, **defaults}
+        # A subclass of model by construction.
+        return cast("type[BaseModel]", type(model.__name__, (model,), namespace))
 
     search = with_sections(SearchSpec, ("search",))
     return with_sections(StudySpec, (), search=(search, Field(default_factory=search)))
@@ -268,7 +273,7 @@ def _section_table(model: type[BaseModel]) -> list[str]:
         if info.is_required():
             default = "required"
         elif info.default_factory is not None:
-            default = _default_text(info.default_factory())
+            default = _default_text(info.get_default(call_default_factory=True))
         else:
             default = _default_text(info.default)
         kind = "corpus URI, or section" if issubclass(model, StudySpec) and name == "data" else \

@@ -75,7 +75,9 @@ def check_resume_compatible(old_spec: Mapping[str, Any], new_spec: Mapping[str, 
         if (old is None) != (new is None):
             raise ResumeError(f"cannot resume: the {section} section was "
                               f"{'added' if new else 'removed'}; start a new study instead")
-        for key in keys if old is not None else ():
+        if old is None or new is None:  # neither (one alone was refused above)
+            continue
+        for key in keys:
             if old.get(key) != new.get(key):
                 raise ResumeError(f"cannot resume: {section}.{key} changed from "
                                   f"{old.get(key)!r} to {new.get(key)!r}, which changes the "
@@ -98,22 +100,24 @@ def check_resume_compatible(old_spec: Mapping[str, Any], new_spec: Mapping[str, 
                     f"cannot resume: {name} changed from {old[name]!r} to {new[name]!r}; "
                     "start a new study instead"
                 )
-            if isinstance(a, ChoiceDomain) and a.options != b.options:
-                raise ResumeError(
-                    f"cannot resume: the choices of {name} changed from {a.options} "
-                    f"to {b.options}; start a new study instead"
-                )
-            if not isinstance(a, ChoiceDomain) and a.log != b.log:
-                raise ResumeError(
-                    f"cannot resume: {name} changed log={a.log} to log={b.log}; start a new "
-                    "study instead"
-                )
-            if not isinstance(a, ChoiceDomain) and a.step != b.step:
-                raise ResumeError(
-                    f"cannot resume: {name} changed step {_step(a)} to {_step(b)}, so the "
-                    "earlier trials' values need not lie on the new grid; start a new study "
-                    "instead"
-                )
+            if isinstance(a, ChoiceDomain) and isinstance(b, ChoiceDomain):
+                if a.options != b.options:
+                    raise ResumeError(
+                        f"cannot resume: the choices of {name} changed from {a.options} "
+                        f"to {b.options}; start a new study instead"
+                    )
+            elif not isinstance(a, ChoiceDomain) and not isinstance(b, ChoiceDomain):
+                if a.log != b.log:
+                    raise ResumeError(
+                        f"cannot resume: {name} changed log={a.log} to log={b.log}; start a "
+                        "new study instead"
+                    )
+                if a.step != b.step:
+                    raise ResumeError(
+                        f"cannot resume: {name} changed step {_step(a)} to {_step(b)}, so "
+                        "the earlier trials' values need not lie on the new grid; start a new "
+                        "study instead"
+                    )
             if a != b:
                 notes.append(f"{name} domain {_shown(a)} -> {_shown(b)}")
     return notes

@@ -14,11 +14,14 @@ an optional field would be), the spec's kind is chosen (`sweep.kinds.kind_of`) a
 from __future__ import annotations
 
 import typing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticCustomError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_core.core_schema import ErrorType
+
+if TYPE_CHECKING:
+    from sweep.spec.schema import StudySpec
 
 __all__ = ["section_models", "section_of", "validate_with_sections"]
 
@@ -27,23 +30,25 @@ __all__ = ["section_models", "section_of", "validate_with_sections"]
 _BUILTIN_ERRORS = frozenset(typing.get_args(ErrorType))
 
 
-def _details(exc: ValidationError, prefix: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def _details(exc: ValidationError, prefix: tuple[str, ...] = ()) -> list[InitErrorDetails]:
     """``exc``'s errors as the details `ValidationError.from_exception_data` takes."""
     out = []
     for err in exc.errors():
-        detail: dict[str, Any] = {"loc": (*prefix, *err["loc"]), "input": err["input"]}
+        loc = (*prefix, *err["loc"])
+        detail: InitErrorDetails
         if err["type"] in _BUILTIN_ERRORS:
-            detail["type"] = err["type"]
+            detail = {"type": err["type"], "loc": loc, "input": err["input"]}
             if "ctx" in err:
                 detail["ctx"] = err["ctx"]
         else:  # its message as written (no context: nothing is formatted again)
-            detail["type"] = PydanticCustomError(err["type"], err["msg"])
+            detail = {"type": PydanticCustomError(err["type"], err["msg"]), "loc": loc,
+                      "input": err["input"]}
         out.append(detail)
     return out
 
 
 def _unknown(model: type[BaseModel], data: dict[str, Any], owned: set[str],
-             prefix: tuple[str, ...]) -> list[dict[str, Any]]:
+             prefix: tuple[str, ...]) -> list[InitErrorDetails]:
     return [{"type": "extra_forbidden", "loc": (*prefix, key), "input": value}
             for key, value in data.items() if key not in model.model_fields and key not in owned]
 
@@ -62,7 +67,19 @@ def _take_sections(data: dict[str, Any], paths: list[str]) -> dict[str, Any]:
     return taken
 
 
-def validate_with_sections(cls: type[BaseModel], data: Any, handler: Any) -> Any:
+def _extra(owner: BaseModel) -> dict[str, Any]:
+    """``owner``'s extra keys, which its model keeps (``extra="allow"``).
+
+    Raises:
+        TypeError: ``owner``'s model does not allow extra keys.
+    """
+    extra = owner.__pydantic_extra__
+    if extra is None:
+        raise TypeError(f"{type(owner).__name__} keeps no extra keys (extra='allow')")
+    return extra
+
+
+def validate_with_sections(cls: type[StudySpec], data: Any, handler: Any) -> Any:
     """The wrap validator of `StudySpec` (module docstring).
 
     Raises:
@@ -81,8 +98,8 @@ def validate_with_sections(cls: type[BaseModel], data: Any, handler: Any) -> Any
         if "." in path:
             head, _, tail = path.partition(".")
             nested.setdefault(head, set()).add(tail)
-    errors: list[dict[str, Any]] = []
-    spec = None
+    errors: list[InitErrorDetails] = []
+    spec: StudySpec | None = None
     try:
         spec = handler({k: v for k, v in data.items() if k in cls.model_fields})
     except ValidationError as exc:
@@ -91,6 +108,9 @@ def validate_with_sections(cls: type[BaseModel], data: Any, handler: Any) -> Any
     for path, kind in sectioned.items():
         if raw.get(path) is None:
             continue
+        if kind.section_model is None:
+            raise TypeError(f"study kind {kind.name!r} owns the section {path!r} but gives no "
+                            "section_model to validate it")
         try:
             sections[path] = kind.section_model.model_validate(raw[path])
         except ValidationError as exc:
@@ -101,12 +121,12 @@ def validate_with_sections(cls: type[BaseModel], data: Any, handler: Any) -> Any
         if isinstance(data.get(head), dict) and isinstance(parent, type) \
                 and issubclass(parent, BaseModel) and parent.model_config.get("extra") == "allow":
             errors += _unknown(parent, data[head], nested.get(head, set()), (head,))
-    if errors:
+    if errors or spec is None:  # None only when its fields failed, and errors say why
         raise ValidationError.from_exception_data(cls.__name__, errors)
     for path in sectioned:
         head, _, tail = path.partition(".")
         owner = getattr(spec, head) if tail else spec
-        owner.__pydantic_extra__[tail or head] = sections.get(path)
+        _extra(owner)[tail or head] = sections.get(path)
     kind = kind_of(spec)
     search = spec.search
     update = {k: v for k, v in kind.search_defaults.items() if k not in search.model_fields_set}

@@ -15,7 +15,7 @@ import typing
 from collections.abc import Iterable, Iterator
 from dataclasses import MISSING
 from dataclasses import fields as dc_fields
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard, Union
 
 from sweep.spec.domains import ChoiceDomain, FloatDomain, IntDomain
 from sweep.spec.fields import DERIVED_MODEL_KEYS, FIELD_RULES, MAX_TOKENS, show_number
@@ -64,7 +64,8 @@ def section_defaults(spec: StudySpec, section: str) -> dict[str, Any]:
     return out
 
 
-def is_int(v: Any) -> bool:
+def is_int(v: Any) -> TypeGuard[int]:
+    """Whether ``v`` is an int and not a bool."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 

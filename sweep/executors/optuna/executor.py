@@ -147,7 +147,7 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
         view.note(f"resuming: trial(s) {', '.join(map(str, reconciled.interrupted))} of a "
                   f"process that is gone marked INTERRUPTED{retried}")
     goal = None if ctx.points else n_trials
-    if ctx.points:
+    if goal is None:
         n_trials = enqueue(study, ctx.points)
     else:
         n_trials = _still_to_run(study, goal, reconciled)

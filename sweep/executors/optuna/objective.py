@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState as OptunaState
@@ -39,6 +39,11 @@ from sweep.study import policy
 from sweep.study.trial import StudyContext, evaluate
 from sweep.tracking.faults import InfrastructureError, infrastructure_fault
 from sweep.tracking.owner import current_owner
+from sweep_models.errors import required
+
+if TYPE_CHECKING:
+    from sweep.train.config import TrainConfig
+    from sweep_models.config import ModelConfig
 
 __all__ = ["OptunaReporter", "create_study", "optimize", "trial_state"]
 
@@ -70,6 +75,10 @@ class OptunaReporter:
 class _Interrupted(KeyboardInterrupt):
     """Carries an `InfrastructureError` through Optuna, which records the trial ``FAIL``."""
 
+    def __init__(self, fault: InfrastructureError) -> None:
+        super().__init__()
+        self.fault = fault
+
 
 def _mark_interrupted(trial: optuna.Trial, reason: str) -> None:
     try:  # the storage may be what failed: then the next reconcile marks it
@@ -96,9 +105,10 @@ def _objective(ctx: StudyContext) -> Any:
             _mark_interrupted(trial, f"interrupted: {err.what}")
             # Optuna records the trial FAIL for a KeyboardInterrupt only; `optimize` raises
             # the fault itself again.
-            raise _Interrupted() from err
+            raise _Interrupted(err) from err
 
     def _run(trial: optuna.Trial) -> Any:
+        configs: tuple[ModelConfig, TrainConfig] | space.InvalidConfig
         try:
             configs = space.suggest(trial, spec)
         except space.InvalidConfig as err:
@@ -160,7 +170,7 @@ def create_study(ctx: StudyContext, *, seed_offset: int = 0) -> optuna.Study:
         storage=make_storage(ctx.spec.storage_url(ctx.out_dir)),
         sampler=space.make_sampler(spec),
         pruner=space.make_pruner(spec),
-        directions=list(spec.search.directions),
+        directions=list(required("search.directions", spec.search.directions)),
         load_if_exists=True,
     )
 
@@ -178,7 +188,7 @@ def optimize(study: optuna.Study, ctx: StudyContext, n_trials: int) -> None:
         study.optimize(_objective(ctx), n_trials=n_trials, catch=(Exception,),
                        timeout=ctx.spec.search.timeout_s)
     except _Interrupted as carried:
-        raise carried.__cause__ from None
+        raise carried.fault from None
     except Exception as exc:  # the storage, outside any trial
         what = infrastructure_fault(exc)
         if what is None:

@@ -30,13 +30,12 @@ def init_ray(address: str | None = None) -> bool:
     """
     if ray.is_initialized():
         return False
-    quiet = {"logging_level": logging.WARNING, "log_to_driver": False}
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, **quiet)
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     else:
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False,
-                 _node_ip_address="127.0.0.1", **quiet)
+                 _node_ip_address="127.0.0.1", logging_level=logging.WARNING, log_to_driver=False)
     return True
 
 
@@ -67,13 +66,11 @@ def check_address(address: str | None, source: str = "--address", *,
     """
     if address in (None, "", "local"):
         return
-    target = address
-    if address == "auto":
-        target = bootstrap_address()
-        if target is None:
-            raise UnreachableClusterError(
-                f"{source} auto: no Ray cluster was started on this machine; start one "
-                "(ray start --head --node-ip-address 127.0.0.1) or give its host:port")
+    target = bootstrap_address() if address == "auto" else address
+    if target is None:  # only for auto
+        raise UnreachableClusterError(
+            f"{source} auto: no Ray cluster was started on this machine; start one "
+            "(ray start --head --node-ip-address 127.0.0.1) or give its host:port")
     host, sep, port = target.removeprefix("ray://").rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise UnreachableClusterError(

@@ -60,6 +60,9 @@ def make_scheduler(spec: StudySpec, summary: SpaceSummary | None = None) -> Any:
         return schedulers.MedianStoppingRule(time_attr=time_attr, metric=METRIC_VAL_LOSS,
                                              mode="min",
                                              grace_period=grace, min_samples_required=3)
+    # Ray 2.60 annotates max_t and grace_period as int, but its brackets take any number of
+    # time_attr units: a seconds budget's are fractional seconds (time_total_s).
     return schedulers.AsyncHyperBandScheduler(
-        time_attr=time_attr, metric=METRIC_VAL_LOSS, mode="min", max_t=max_t, grace_period=grace,
+        max_t=max_t, grace_period=grace,  # type: ignore[arg-type]
+        time_attr=time_attr, metric=METRIC_VAL_LOSS, mode="min",
         reduction_factor=_REDUCTION, brackets=3 if s.scheduler == "hyperband" else 1)

@@ -113,7 +113,7 @@ class StudySearch(OptunaSearch):
                 user[ATTR_CONSTRAINTS] = told.constraints
             study.add_trial(optuna.trial.create_trial(
                 state=told.state, params=kept, distributions=distributions,
-                value=told.value(1) if not multi and told.values else None,
+                value=told.values[0] if not multi and told.values else None,
                 values=told.values if multi else None,
                 system_attrs=system, user_attrs=user))
             n += 1

@@ -18,7 +18,7 @@ continues.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweep import space
 from sweep.executors.ray.reporting import (
@@ -42,6 +42,10 @@ from sweep.schema import (
 from sweep.study.trial import StudyContext, TrialOutcome, open_trial, train_trial
 from sweep.train.config import resolve_budget
 from sweep_models.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sweep.train.config import TrainConfig
+    from sweep_models.config import ModelConfig
 
 __all__ = ["search_trainable"]
 
@@ -73,6 +77,7 @@ def search_trainable(ctx: StudyContext):
         retry_of = config.get(CONFIG_RETRY_OF)
         retry_of = int(retry_of) if retry_of is not None else None
         params = trial_params(config)
+        configs: tuple[ModelConfig, TrainConfig] | space.InvalidConfig
         try:
             configs = space.configs_from_params(spec, params)
         except space.InvalidConfig as err:
@@ -89,8 +94,9 @@ def search_trainable(ctx: StudyContext):
             reporter = TuneReporter(cost_report(spec, opened.cost), budget_tokens=total,
                                     run=opened.run)
             outcome = train_trial(ctx, opened, reporter)
-        final = {ATTR_STATE: outcome.state.value, ATTR_RUN_ID: outcome.run_id,
-                 **cost_report(spec, outcome.cost)}
+        final: dict[str, float | str | list[float] | None] = {
+            ATTR_STATE: outcome.state.value, ATTR_RUN_ID: outcome.run_id,
+            **cost_report(spec, outcome.cost)}
         if outcome.state is TrialState.INFEASIBLE:
             # Schedulers carry on with the baseline; the searcher is told as the policy says.
             final[METRIC_VAL_LOSS] = ctx.corpus().baseline_unigram_loss

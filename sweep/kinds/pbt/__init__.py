@@ -43,7 +43,8 @@ class PBTKind(StudyKind):
     def run(self, job: KindRun) -> tuple[Any, list[str]]:
         from sweep.kinds.pbt.tune import run_population
 
-        return run_population(job), []
+        run_population(job)
+        return None, []
 
     def disk_needs(self, spec: StudySpec, largest_n_params: float) -> dict[str, float]:
         from sweep.study.preflight import checkpoint_bytes

@@ -54,7 +54,8 @@ from sweep.schema import (
 from sweep.spec import StudySpec
 from sweep.study.trial import StudyContext, TrialOutcome, open_trial
 from sweep.tracking import TrialRun, find_trial_run
-from sweep.train import Trainer
+from sweep.train import TrainConfig, Trainer
+from sweep_models.config import ModelConfig
 
 __all__ = ["CHECKPOINTS_KEPT", "initial_population", "member_index", "pbt_trainable", "pick"]
 
@@ -87,6 +88,7 @@ def pbt_trainable(ctx: StudyContext, offset: int, population: list[dict[str, Any
         index = member_index(tune.get_context().get_trial_id())
         number = offset + index
         params = trial_params(config)
+        configs: tuple[ModelConfig, TrainConfig] | space.InvalidConfig
         try:
             configs = space.configs_from_params(spec, in_domain(spec, params))
         except space.InvalidConfig as err:
@@ -103,13 +105,17 @@ def pbt_trainable(ctx: StudyContext, offset: int, population: list[dict[str, Any
             run = opened.run
             trainer = Trainer(opened.model, opened.train, ctx.corpus(), device=ctx.device)
         else:
-            model, train = configs  # a member with a checkpoint had valid configs
+            if isinstance(configs, space.InvalidConfig):
+                raise configs  # never: a member with a checkpoint had valid configs
+            model, train = configs
             trainer = Trainer(model, train, ctx.corpus(), device=ctx.device)
             with checkpoint.as_directory() as folder:
                 meta = json.loads((Path(folder) / _META_FILE).read_text())
                 trainer.load_checkpoint(Path(folder) / _CKPT_FILE)
             run_id = meta["run_id"] if meta["number"] == number else \
                 find_trial_run(ctx.tracking, number)
+            if run_id is None:  # PBT exploits only a member that reported, from its own run
+                raise LookupError(f"PBT member {number}: its trial run is not in the study")
             run = ctx.tracking.attach_trial(run_id)
             trainer.set_hparams(**{path.split(".", 1)[1]: config[path]
                                    for path in mutated if path in config})

@@ -88,15 +88,16 @@ class ScalingKind(GridKind):
             METRIC_TOKENS_PER_PARAM,
         )
         from sweep.train.config import resolve_budget
+        from sweep_models.errors import required
 
         # D is whole optimizer steps of C / FLOPs per token (`resolve_budget`).
-        tokens = resolve_budget(train, model).total_tokens
+        tokens = required("total_tokens", resolve_budget(train, model).total_tokens)
         metrics = {METRIC_BUDGET_FLOPS: float(train.flops), METRIC_N_TOKENS: float(tokens),
                    METRIC_TOKENS_PER_PARAM: tokens / cost[METRIC_N_PARAMS]}
         section = scaling_section(spec)
         rule = section.rule.parameters() if section.rule is not None else \
-            {"ladder": len(section.ladder)}
-        shape = Shape(model.d_model, model.n_layers, model.n_heads, model.d_ff)
+            {"ladder": len(required("scaling.ladder", section.ladder))}
+        shape = Shape(model.d_model, model.n_layers, model.n_heads, required("d_ff", model.d_ff))
         params = {f"scaling.{k}": v for k, v in rule.items()} | \
             {SCALING_POINT: point_label(train.flops, shape)}
         return metrics, params

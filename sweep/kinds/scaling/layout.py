@@ -33,6 +33,7 @@ from sweep.space.constraints import check_constraints, training_cost
 from sweep.spec import StudySpec
 from sweep.train.config import resolve_budget
 from sweep.train.schedule import wsd_stable_end
+from sweep_models.errors import required
 
 __all__ = ["BudgetLayout", "GridPoint", "curve_optimum", "grid_rows", "layout", "layout_budget",
            "layout_problems", "prior_centre", "recentre"]
@@ -192,7 +193,7 @@ def layout_budget(
         except ValueError as exc:
             reason = str(exc)
         else:
-            tokens = budget.total_tokens
+            tokens = required("total_tokens", budget.total_tokens)  # a FLOP budget sets it
             if corpus_train_tokens is not None and tokens > sc.max_epochs * corpus_train_tokens:
                 reason = (f"{tokens:,} tokens is {tokens / corpus_train_tokens:.2f} epochs of "
                           f"the corpus's {corpus_train_tokens:,} training tokens (over "
@@ -279,7 +280,8 @@ def grid_rows(spec: StudySpec, layouts: list[BudgetLayout], *, device: str = "au
                 b = resolve_budget(train, model)
                 reused = trunks.get(p.candidate.shape.label, 0)
                 trunks[p.candidate.shape.label] = wsd_stable_end(
-                    b.total_tokens, b.step_tokens, b.warmup_tokens or 0, train.decay_fraction)
+                    required("total_tokens", b.total_tokens), b.step_tokens,
+                    b.warmup_tokens or 0, train.decay_fraction)
             flops = (p.n_tokens - reused) * p.candidate.flops_per_token_train
             rows.append({METRIC_BUDGET_FLOPS: lay.budget_flops,
                          "shape": p.candidate.shape.label, METRIC_BRANCH_TOKENS: reused,

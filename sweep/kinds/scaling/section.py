@@ -63,6 +63,7 @@ class SizeRuleSpec(Section):
         """A list of widths or a ``{min, max, step}`` range, with one message for either."""
         from pydantic import TypeAdapter, ValidationError
 
+        adapter: TypeAdapter[WidthRange] | TypeAdapter[list[int]]
         if isinstance(value, dict):
             form, adapter = "range {min, max, step}", TypeAdapter(WidthRange)
         elif isinstance(value, list):

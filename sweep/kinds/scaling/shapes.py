@@ -20,6 +20,7 @@ from sweep.space.sampling import build_configs, fixed_values
 from sweep.spec import StudySpec
 from sweep_models.config import ModelConfig
 from sweep_models.cost import flops_per_token, non_embedding_param_count, param_count
+from sweep_models.errors import required
 
 __all__ = ["SCALING_POINT", "Candidate", "Shape", "all_labels", "candidates", "configs",
            "nearest_shapes", "parse_label", "point_label", "point_values", "shapes"]
@@ -83,7 +84,7 @@ def shapes(spec: StudySpec) -> list[Shape]:
         raise ValueError(f"{spec.name}: not a scaling study (no scaling section)")
     if sc.ladder is not None:
         return [Shape(s.d_model, s.n_layers, s.n_heads, s.d_ff) for s in sc.ladder]
-    rule = sc.rule
+    rule = required("scaling.rule", sc.rule)  # the section gives a rule or a ladder
     depths = rule.n_layers if isinstance(rule.n_layers, list) else None
     return [_rule_shape(spec, width, depths[i] if depths else None)
             for i, width in enumerate(rule.widths())]
@@ -147,11 +148,12 @@ def _rule_shape(spec: StudySpec, width: int, depth: int | None = None) -> Shape:
     Depth: from the aspect; else ``depth`` (a listed depth paired with the width); else the
     rule's one depth, or the last of its list for a width past the list.
     """
-    rule = scaling_section(spec).rule
+    rule = required("scaling.rule", scaling_section(spec).rule)
     if rule.aspect is not None:
         depth = max(1, round(width / rule.aspect))
-    elif depth is None:
-        depth = rule.n_layers[-1] if isinstance(rule.n_layers, list) else int(rule.n_layers)
+    elif depth is None:  # no aspect: the rule gives n_layers
+        depth = rule.n_layers[-1] if isinstance(rule.n_layers, list) else \
+            required("scaling.rule.n_layers", rule.n_layers)
     return Shape(width, depth, width // rule.d_head, max(1, round(rule.d_ff_ratio * width)))
 
 
@@ -175,7 +177,7 @@ def nearest_shapes(spec: StudySpec, n_params: float, *, k: int = 3) -> list[Cand
     if sc.ladder is not None:
         pool = candidates(spec)
     else:
-        rule = sc.rule
+        rule = required("scaling.rule", sc.rule)
         step = rule.d_model.step if not isinstance(rule.d_model, list) else rule.d_head
         step = step * rule.d_head // math.gcd(step, rule.d_head)  # heads must divide
         pool, m = [], 1

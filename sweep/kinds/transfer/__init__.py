@@ -18,6 +18,7 @@ from sweep.kinds.common import GridKind, parametrization_line, run_points
 from sweep.kinds.transfer import grid
 from sweep.kinds.transfer.rules import TRANSFER_OWNED_MODEL, transfer_problems
 from sweep.kinds.transfer.section import TransferSpec
+from sweep.spec.domains import ChoiceDomain
 from sweep.spec.schema import StudySpec
 
 __all__ = ["KIND", "TransferKind"]
@@ -80,7 +81,7 @@ class TransferKind(GridKind):
             return []
         tr = grid.transfer_section(spec)
         axes = [f"{len(p.domain.options)} {p.path}" for p in spec.searched()
-                if p.path in grid.grid_fields(spec)]
+                if p.path in grid.grid_fields(spec) and isinstance(p.domain, ChoiceDomain)]
         say(f"transfer grid: widths {', '.join(map(str, tr.widths))} (d_model; n_heads = "
             f"d_model / {tr.d_head}, d_ff = {tr.d_ff_ratio:g} d_model) x {' x '.join(axes)} = "
             f"{len(grid.points(spec))} trials, each trained to the end; sweep analyze transfer "

@@ -61,10 +61,9 @@ def points(spec: StudySpec) -> tuple[dict[str, Any], ...]:
         ...}`` whose values are the spec's choices (Optuna's categorical values, as
         `sweep.params.choice_labels` passes them).
     """
-    fields = grid_fields(spec)
-    domains = {p.path: p.domain for p in spec.searched()}
-    axes = [choice_labels(domains[f].options) for f in fields
-            if isinstance(domains[f], ChoiceDomain)]
+    fields = grid_fields(spec)  # the searched fields, in the order of spec.searched()
+    axes = [choice_labels(p.domain.options) for p in spec.searched()
+            if isinstance(p.domain, ChoiceDomain)]
     return tuple({WIDTH: w, **dict(zip(fields, combo, strict=True))}
                  for w in transfer_section(spec).widths for combo in itertools.product(*axes))
 
