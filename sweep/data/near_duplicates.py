@@ -63,9 +63,12 @@ import zlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from datasketch import LeanMinHash, MinHash, MinHashLSH
+
+if TYPE_CHECKING:
+    from datasketch import LeanMinHash, MinHash
 
 __all__ = ["LSH_WEIGHTS", "MAX_GROUPED_BYTES", "NEAR_DUPLICATE_RESEMBLANCE", "NUM_PERM",
            "SAMPLE_MOD", "SHINGLE_BYTES", "NearDuplicates", "find_near_duplicates", "normalise",
@@ -134,6 +137,8 @@ def shingles(text: bytes) -> list[bytes]:
 
 
 def _signature(batch: list[bytes], base: MinHash) -> LeanMinHash:
+    from datasketch import LeanMinHash
+
     minhash = base.copy()
     for start in range(0, len(batch), _BATCH):
         minhash.update_batch(batch[start : start + _BATCH])
@@ -151,6 +156,9 @@ def sketch(text: bytes, num_perm: int = NUM_PERM) -> LeanMinHash:
         A `datasketch.LeanMinHash` of ``num_perm`` 32-bit values (seed 1, scheme ``affine32``,
         shingles hashed by `zlib.crc32`), all ``2**32 - 1`` for an empty document.
     """
+    # datasketch loads scipy: imported when a search runs, not with every spec check.
+    from datasketch import MinHash
+
     return _signature(shingles(text), MinHash(num_perm=num_perm, hashfunc=zlib.crc32))
 
 
@@ -244,6 +252,8 @@ def find_near_duplicates(texts: Sequence[bytes], *,
                     "cap; only identical documents are grouped", len(texts), n_bytes / 1e6,
                     max_bytes / 1e6)
         return NearDuplicates(copies, [])
+    from datasketch import MinHash, MinHashLSH
+
     base = MinHash(num_perm=NUM_PERM, hashfunc=zlib.crc32)
     index = MinHashLSH(threshold=threshold, num_perm=NUM_PERM, weights=LSH_WEIGHTS)
     signatures: dict[int, LeanMinHash] = {}

@@ -349,3 +349,16 @@ def test_only_the_kinds_own_modules_ask_which_kind_a_study_is():
     probe = ast.parse('if spec.scaling is not None and s.scheduler == "pbt":\n'
                       '    spec.section("transfer")\nsweep.scaling.fit()\n')
     assert sorted(_kind_checks(probe)) == ["1: .scaling", "1: == 'pbt'", "2: section('transfer')"]
+
+
+def test_the_command_line_loads_nothing_heavy_until_a_command_needs_it():
+    """``sweep --help`` and a refused flag stay fast: the CLI's modules import no library."""
+    import subprocess
+
+    heavy = ("pydantic", "numpy", "scipy", "torch", "mlflow", "optuna", "ray", "datasketch",
+             "pandas", "sweep.spec", "sweep.kinds")
+    code = (f"import sys, sweep.cli; print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, cwd=SWEEP.parent)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
