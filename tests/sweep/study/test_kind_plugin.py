@@ -8,7 +8,6 @@ knows of it: it is a `sweep.kinds.StudyKind` registered with `sweep.kinds.regist
 import logging
 import sys
 
-import cloudpickle
 import pytest
 from pydantic import Field
 
@@ -56,10 +55,7 @@ def spec_points(spec):
 def listed():
     kind = ListedKind()
     register_kind(kind)
-    # Ray's workers unpickle the spec, its section and its kind: ship this module's classes.
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield kind
-    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     unregister_kind(kind)
 
 
@@ -111,9 +107,13 @@ def test_it_runs_on_the_optuna_executor_and_resumes_without_training_again(liste
 @pytest.mark.slow
 def test_it_runs_on_the_ray_executor_and_resumes_without_training_again(listed, tmp_path):
     import ray
+    from ray import cloudpickle
 
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
              log_to_driver=False, logging_level=logging.WARNING)
+    # Ray's workers unpickle the spec, its section and its kind: ship this module's classes
+    # with them, as a plug-in that is not installed on the workers would.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     try:
         summary = run_study(make_spec("ray"), out_dir=tmp_path, quiet=True)
         assert sorted(lr for _, _, lr in trained(summary)) == [0.003, 0.01]
@@ -121,4 +121,5 @@ def test_it_runs_on_the_ray_executor_and_resumes_without_training_again(listed, 
         again = run_study(make_spec("ray"), out_dir=tmp_path, quiet=True)
         assert trained(again) == trained(summary)
     finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
         ray.shutdown()
