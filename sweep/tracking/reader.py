@@ -26,7 +26,7 @@ from sweep.schema import (
 )
 
 if TYPE_CHECKING:
-    from sweep.tracking.trial_run import TrialContext
+    from sweep.tracking.trial_context import TrialContext
 
 
 def latest_parent(client: MlflowClient, experiment_id: str) -> Any:

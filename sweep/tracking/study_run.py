@@ -49,7 +49,8 @@ from sweep.schema import (
 from sweep.spec.resume import ResumeError, check_resume_compatible
 from sweep.tracking.notes import experiment_note, parent_note
 from sweep.tracking.reader import latest_parent, read_trials
-from sweep.tracking.trial_run import TrialContext, TrialRun, finite, now_ms
+from sweep.tracking.trial_context import TrialContext
+from sweep.tracking.trial_run import TrialRun, finite, now_ms
 from sweep.tracking.uris import absolute_uri, ensure_store, sqlite_path
 
 log = logging.getLogger(__name__)
