@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 from mlflow import MlflowClient
-from mlflow.entities import Metric, RunStatus, RunTag
+from mlflow.entities import Metric, Run, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
@@ -272,41 +272,25 @@ class StudyTracker:
         counts = {state: 0 for state in TrialState}
         for trial in trials:
             counts[trial["state"]] += 1
-        ranked = [t for t in trials if t["state"] is TrialState.COMPLETE
-                  and finite(t["metrics"].get(METRIC_BEST_VAL_LOSS))]
-        best = min(ranked, key=lambda t: t["metrics"][METRIC_BEST_VAL_LOSS], default=None)
+        best = _best_trial(trials)
         state = TrialState.COMPLETE if counts[TrialState.COMPLETE] else TrialState.FAILED
         if interrupted is not None:
             state = TrialState.INTERRUPTED
-        metrics = {count_metric(s): n for s, n in counts.items()}
+        metrics: dict[str, float] = {count_metric(s): n for s, n in counts.items()}
         metrics[METRIC_TRIALS_RETRIED] = sum(1 for t in trials if t.get("retry_of") is not None)
         tags = [RunTag(TAG_STATE, state.value)]
         if interrupted is not None:
             tags.append(RunTag(TAG_FAIL_REASON, interrupted[:MAX_TAG_VAL_LENGTH]))
         parent_run = self.client.get_run(self.parent_run_id)
-        parent = parent_run.data
-        baseline = parent.metrics.get(METRIC_BASELINE, math.nan)
+        baseline = parent_run.data.metrics.get(METRIC_BASELINE, math.nan)
         if best is not None:
             metrics[METRIC_BEST_VAL_LOSS] = best["metrics"][METRIC_BEST_VAL_LOSS]
             if finite(baseline) and baseline > 0:
                 metrics[METRIC_BEST_OVER_BASELINE] = metrics[METRIC_BEST_VAL_LOSS] / baseline
             tags += [RunTag(TAG_BEST_TRIAL, str(best["trial"])),
                      RunTag(TAG_BEST_RUN_ID, best["run_id"])]
-            best_config = {**({"data": dict(data)} if data else {}),
-                           **unflatten_params(best["params"])}
-            config = yaml.safe_dump(best_config, sort_keys=False)
-            self.client.log_text(self.parent_run_id, config, BEST_CONFIG_ARTIFACT)
-        corpus = self.corpus_lines or ([f"corpus {parent.tags[TAG_CORPUS]}"]
-                                       if TAG_CORPUS in parent.tags else [])
-        note = parent_note(
-            parent_run.info.run_name, state=state,
-            counts={s.value: n for s, n in counts.items()},
-            best_trial=best["trial"] if best else None,
-            best_run_url=f"#/experiments/{self.experiment_id}/runs/{best['run_id']}"
-                         f"?{UI_MODEL_TRAINING}" if best else None,
-            best_val_loss=metrics.get(METRIC_BEST_VAL_LOSS, math.nan), baseline=baseline,
-            corpus=corpus, executor=parent.tags.get(TAG_EXECUTOR),
-            algorithm=parent.tags.get(TAG_ALGORITHM), reason=interrupted)
+            self._log_best_config(best, data)
+        note = self._note(parent_run, state, counts, best, baseline, interrupted)
         tags.append(RunTag(TAG_NOTE, note[:MAX_TAG_VAL_LENGTH]))
         self.log_metrics(metrics)
         self.client.log_batch(self.parent_run_id, tags=tags)
@@ -324,6 +308,36 @@ class StudyTracker:
             "retried": metrics[METRIC_TRIALS_RETRIED],
             "state": state,
         }
+
+    def _log_best_config(self, best: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
+        """Save the best trial's config (``data`` first) as ``best_config.yaml``."""
+        best_config = {**({"data": dict(data)} if data else {}),
+                       **unflatten_params(best["params"])}
+        config = yaml.safe_dump(best_config, sort_keys=False)
+        self.client.log_text(self.parent_run_id, config, BEST_CONFIG_ARTIFACT)
+
+    def _note(self, parent_run: Run, state: TrialState, counts: Mapping[TrialState, int],
+              best: Mapping[str, Any] | None, baseline: float, reason: str | None) -> str:
+        """The parent run's description at the end (`sweep.tracking.notes.parent_note`)."""
+        parent = parent_run.data
+        corpus = self.corpus_lines or ([f"corpus {parent.tags[TAG_CORPUS]}"]
+                                       if TAG_CORPUS in parent.tags else [])
+        return parent_note(
+            parent_run.info.run_name, state=state,
+            counts={s.value: n for s, n in counts.items()},
+            best_trial=best["trial"] if best else None,
+            best_run_url=f"#/experiments/{self.experiment_id}/runs/{best['run_id']}"
+                         f"?{UI_MODEL_TRAINING}" if best else None,
+            best_val_loss=best["metrics"][METRIC_BEST_VAL_LOSS] if best else math.nan,
+            baseline=baseline, corpus=corpus, executor=parent.tags.get(TAG_EXECUTOR),
+            algorithm=parent.tags.get(TAG_ALGORITHM), reason=reason)
+
+
+def _best_trial(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The COMPLETE trial with the lowest finite ``best_val_loss``, or None."""
+    ranked = [t for t in trials if t["state"] is TrialState.COMPLETE
+              and finite(t["metrics"].get(METRIC_BEST_VAL_LOSS))]
+    return min(ranked, key=lambda t: t["metrics"][METRIC_BEST_VAL_LOSS], default=None)
 
 
 def load_stored_spec(client: MlflowClient, run_id: str) -> dict[str, Any]:

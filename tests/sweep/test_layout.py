@@ -167,7 +167,6 @@ MODULES_OVER = {
 }
 FUNCTIONS_OVER = {
     "sweep/cli/coord.py:coord_check", "sweep/cli/results.py:results",
-    "sweep/tracking/study_run.py:finish",
 }
 
 
