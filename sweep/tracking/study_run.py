@@ -13,7 +13,8 @@ import math
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
 import yaml
 from mlflow import MlflowClient
@@ -50,7 +51,7 @@ from sweep.spec.resume import ResumeError, check_resume_compatible
 from sweep.tracking.notes import experiment_note, parent_note
 from sweep.tracking.reader import latest_parent, read_trials
 from sweep.tracking.trial_context import TrialContext
-from sweep.tracking.trial_run import TrialRun, finite, now_ms
+from sweep.tracking.trial_run import TrialRun, finite, finite_float, now_ms
 from sweep.tracking.uris import absolute_uri, ensure_store, sqlite_path
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,8 @@ class StudyTracker:
     def log_metrics(self, metrics: Mapping[str, float | None]) -> None:
         """Log finite study-level metrics, e.g. ``baseline_unigram_loss`` (nats/token)."""
         ts = now_ms()
-        batch = [Metric(k, float(v), ts, 0) for k, v in metrics.items() if finite(v)]
+        batch = [Metric(k, x, ts, 0) for k, v in metrics.items()
+                 if (x := finite_float(v)) is not None]
         if batch:
             self.client.log_batch(self.parent_run_id, metrics=batch)
 
@@ -222,13 +224,14 @@ class StudyTracker:
     def __enter__(self) -> StudyTracker:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         if self.finished:
             return False
         if exc is None:
             self.finish()
         else:
-            reason = f"{exc_type.__name__}: {exc}"[:MAX_TAG_VAL_LENGTH]
+            reason = f"{type(exc).__name__}: {exc}"[:MAX_TAG_VAL_LENGTH]
             tags = [RunTag(TAG_STATE, TrialState.FAILED.value), RunTag(TAG_FAIL_REASON, reason)]
             self.client.log_batch(self.parent_run_id, tags=tags)
             self.client.set_terminated(self.parent_run_id, RunStatus.to_string(RunStatus.FAILED))

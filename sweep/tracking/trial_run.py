@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, TypeVar
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
@@ -52,15 +53,23 @@ from sweep.tracking.buffer import BufferedClient
 from sweep.tracking.faults import infrastructure_fault
 from sweep.tracking.owner import Heartbeat
 
+T = TypeVar("T")
+
+
+def finite_float(value: Any) -> float | None:
+    """``value`` as a float if it is a finite number, else None."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
 
 def finite(value: Any) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False
+    return finite_float(value) is not None
 
 
-def _chunks(items: list, size: int) -> Iterable[list]:
+def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
 
@@ -93,7 +102,7 @@ class TrialRun:
     ``sweep.heartbeat``) is rewritten every `sweep.tracking.owner.HEARTBEAT_S` seconds.
     """
 
-    def __init__(self, client: MlflowClient, run_id: str, number: int) -> None:
+    def __init__(self, client: MlflowClient | BufferedClient, run_id: str, number: int) -> None:
         self.client = client
         self.run_id = run_id
         self.number = number
@@ -137,7 +146,8 @@ class TrialRun:
     def __enter__(self) -> TrialRun:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         if self.state is not TrialState.RUNNING or self._detached:
             return False
         if exc is None:
@@ -148,7 +158,7 @@ class TrialRun:
             # interrupt, or the study would go on. The next resume ends the run then.
             try:
                 self.end(TrialState.INTERRUPTED,
-                         fail_reason=f"interrupted ({exc_type.__name__})")
+                         fail_reason=f"interrupted ({type(exc).__name__})")
             except Exception:  # noqa: BLE001
                 self._stop_heartbeat()
         elif (what := infrastructure_fault(exc)) is not None:
@@ -157,18 +167,19 @@ class TrialRun:
             except Exception:  # noqa: BLE001
                 self._stop_heartbeat()
         else:
-            reason = f"{exc_type.__name__}: {exc}"
+            reason = f"{type(exc).__name__}: {exc}"
             detail = "".join(traceback.format_exception(exc_type, exc, tb))
             self.end(TrialState.FAILED, fail_reason=reason, detail=detail)
         return False
 
-    def _log(self, metrics: list = (), params: list = (), tags: list = ()) -> None:
-        for batch in _chunks(list(metrics), MAX_METRICS_PER_BATCH):
-            self.client.log_batch(self.run_id, metrics=batch)
-        for batch in _chunks(list(params), MAX_PARAMS_TAGS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=batch)
-        for batch in _chunks(list(tags), MAX_PARAMS_TAGS_PER_BATCH):
-            self.client.log_batch(self.run_id, tags=batch)
+    def _log(self, metrics: Sequence[Metric] = (), params: Sequence[Param] = (),
+             tags: Sequence[RunTag] = ()) -> None:
+        for metric_batch in _chunks(metrics, MAX_METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=metric_batch)
+        for param_batch in _chunks(params, MAX_PARAMS_TAGS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=param_batch)
+        for tag_batch in _chunks(tags, MAX_PARAMS_TAGS_PER_BATCH):
+            self.client.log_batch(self.run_id, tags=tag_batch)
 
     def restore(self, params: Mapping[str, str], metrics: Mapping[str, float],
                 val_losses: Iterable[Metric]) -> None:
@@ -235,8 +246,8 @@ class TrialRun:
         can take it as its x axis) and its latest value is the trial's total.
         """
         ts = now_ms()
-        batch = [Metric(k, float(v), ts, int(v) if k == METRIC_TOKENS else int(step))
-                 for k, v in metrics.items() if finite(v)]
+        batch = [Metric(k, x, ts, int(x) if k == METRIC_TOKENS else int(step))
+                 for k, v in metrics.items() if (x := finite_float(v)) is not None]
         self._log(metrics=batch)
 
     def log_costs(self, estimate: Any) -> None:
@@ -250,9 +261,9 @@ class TrialRun:
         the same step. Matches `sweep.train.Reporter.report`; tracks the best finite
         ``val_loss`` seen.
         """
-        value = metrics.get(METRIC_VAL_LOSS)
-        if finite(value):
-            self.best_val_loss = min(self.best_val_loss, float(value))
+        value = finite_float(metrics.get(METRIC_VAL_LOSS))
+        if value is not None:
+            self.best_val_loss = min(self.best_val_loss, value)
             self._last_loss_step = max(self._last_loss_step, int(tokens))
             metrics = {**metrics, METRIC_TOKENS: int(tokens)}
         self._losses.update(k for k in LOSS_METRICS if finite(metrics.get(k)))
@@ -331,8 +342,8 @@ class TrialRun:
             ts = now_ms()
             self._log(metrics=[Metric(k, math.nan, ts, step) for k in sorted(self._losses)])
         tags = [RunTag(TAG_STATE, state.value)]
-        if fail_reason or detail:
-            reason = fail_reason or detail.strip().splitlines()[-1]
+        reason = fail_reason or (detail.strip().splitlines()[-1] if detail else None)
+        if reason:
             if len(reason) > MAX_TAG_VAL_LENGTH or detail:
                 full = reason + ("\n\n" + detail if detail else "")
                 self.client.log_text(self.run_id, full, FAIL_REASON_ARTIFACT)
