@@ -128,12 +128,7 @@ class TrialContext:
         trial = TrialRun(self._client(client, run.info.run_id, number), run.info.run_id, number)
         trial.start_heartbeat(also=heartbeat)
         if params:
-            try:
-                trial.log_params(params)
-            except Exception as exc:
-                reason = f"logging params: {type(exc).__name__}: {exc}"
-                trial.end(TrialState.FAILED, fail_reason=reason)
-                raise
+            trial.log_initial_params(params)
         return trial
 
     def read_trials(self) -> list[dict[str, Any]]:

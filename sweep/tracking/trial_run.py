@@ -238,6 +238,18 @@ class TrialRun:
         tags = [RunTag(TAG_TRUNCATED, ",".join(truncated))] if truncated else []
         self._log(params=params, tags=tags)
 
+    def log_initial_params(self, params: Mapping[str, Any]) -> None:
+        """`log_params` on a run just created; a refused param ends the run ``FAILED``.
+
+        Raises:
+            Exception: What `log_params` raised (the run's reason names it).
+        """
+        try:
+            self.log_params(params)
+        except Exception as exc:
+            self.end(TrialState.FAILED, fail_reason=f"logging params: {type(exc).__name__}: {exc}")
+            raise
+
     def log_metrics(self, metrics: Mapping[str, float | None], step: int = 0) -> None:
         """Log finite values of ``metrics`` at ``step`` in one batch (others are dropped).
 
