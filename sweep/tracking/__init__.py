@@ -1,8 +1,9 @@
 """Writing and reading a study's MLflow runs; the names themselves live in `sweep.schema`.
 
-`StudyTracker` (``study_run``) is the study's parent run, `TrialContext` / `TrialRun`
-(``trial_run``) a trial's child run, ``reader`` reads runs back, ``artifacts`` adds an
-analysis's files to a run and reads a study's stored spec, ``uris`` handles store addresses.
+`StudyTracker` (``study_run``) is the study's parent run, `TrialContext` (``trial_context``)
+opens, attaches, reads and ends its trials' child runs, `TrialRun` (``trial_run``) writes one,
+``reader`` reads runs back, ``artifacts`` adds an analysis's files to a run and reads a study's
+stored spec, ``uris`` handles store addresses.
 Every write names its run id explicitly, so trials in threads, processes or Ray workers on
 other machines do not collide.
 """
@@ -24,7 +25,8 @@ from sweep.tracking.reader import (
     val_loss_histories,
 )
 from sweep.tracking.study_run import StudyTracker
-from sweep.tracking.trial_run import TrialContext, TrialRun
+from sweep.tracking.trial_context import TrialContext
+from sweep.tracking.trial_run import TrialRun
 from sweep.tracking.uris import (
     UnreachableStoreError,
     absolute_uri,

@@ -35,7 +35,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,11 +53,11 @@ __all__ = ["FORMAT", "PROBE_S", "BufferedClient", "SyncResult", "buffered_runs",
            "replay_file", "sync_folder"]
 
 
-def _metric(m: Any) -> list:
+def _metric(m: Metric) -> list[object]:
     return [m.key, m.value, m.timestamp, m.step]
 
 
-def _kv(items: Iterable[Any]) -> list:
+def _kv(items: Iterable[Param | RunTag]) -> list[list[str]]:
     return [[x.key, x.value] for x in items]
 
 
@@ -126,7 +126,8 @@ class BufferedClient:
         return self._buffering
 
     # ----------------------------------------------------------------------------- writes
-    def log_batch(self, run_id: str, metrics: Any = (), params: Any = (), tags: Any = ()) -> None:
+    def log_batch(self, run_id: str, metrics: Sequence[Metric] = (), params: Sequence[Param] = (),
+                  tags: Sequence[RunTag] = ()) -> None:
         self._write({"op": "batch", "metrics": [_metric(m) for m in metrics],
                      "params": _kv(params), "tags": _kv(tags)},
                     lambda: self._client.log_batch(run_id, metrics=list(metrics),
@@ -159,28 +160,32 @@ class BufferedClient:
             return
         self._client.set_tag(self.run_id, key, value)
 
-    def _write(self, op: dict[str, Any], send: Any) -> None:
+    def _write(self, op: dict[str, Any], send: Callable[[], object]) -> None:
         with self._lock:
+            path = self.path
+            if path is None:  # no buffer folder: a failing write raises as the client's does
+                send()
+                return
             if not self._buffering:
                 try:
                     send()
                     return
                 except Exception as exc:
-                    if self.path is None or infrastructure_fault(exc) is None:
+                    if infrastructure_fault(exc) is None:
                         raise
                     try:
-                        self._append(op)
+                        self._append(path, op)
                     except OSError:
                         raise exc from None  # nowhere to keep it: the trial is interrupted
                     self._buffering = True
                     self._start_probe()
                     return
-            self._append(op)
+            self._append(path, op)
 
-    def _append(self, op: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    def _append(self, path: Path, op: dict[str, Any]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
         line = json.dumps(op, allow_nan=True) + "\n"
-        with _locked(self.path) as f:  # "a+" opens at the end; a new file gets the header
+        with _locked(path) as f:  # "a+" opens at the end; a new file gets the header
             if f.tell() == 0:
                 f.write(json.dumps(self._header) + "\n")
             f.write(line)

@@ -11,6 +11,7 @@ does not answer.
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterator
 
 __all__ = ["InfrastructureError", "infrastructure_fault"]
 
@@ -42,12 +43,14 @@ class InfrastructureError(BaseException):
         self.what, self.cause = what, cause
 
 
-def _chain(exc: BaseException):
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from, each once."""
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
 
 
 def infrastructure_fault(exc: BaseException) -> str | None:

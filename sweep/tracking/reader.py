@@ -26,7 +26,7 @@ from sweep.schema import (
 )
 
 if TYPE_CHECKING:
-    from sweep.tracking.trial_run import TrialContext
+    from sweep.tracking.trial_context import TrialContext
 
 
 def latest_parent(client: MlflowClient, experiment_id: str) -> Any:
@@ -43,7 +43,9 @@ def find_study(tracking_uri: str, study_name: str) -> tuple[str, str] | None:
     """``(experiment_id, parent_run_id)`` of the latest parent run of ``study_name``, or None."""
     client = MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name(study_name)
-    parent = latest_parent(client, experiment.experiment_id) if experiment else None
+    if experiment is None:
+        return None
+    parent = latest_parent(client, experiment.experiment_id)
     return (experiment.experiment_id, parent.info.run_id) if parent else None
 
 

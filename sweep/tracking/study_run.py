@@ -13,11 +13,12 @@ import math
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
 import yaml
 from mlflow import MlflowClient
-from mlflow.entities import Metric, RunStatus, RunTag
+from mlflow.entities import Metric, Run, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
@@ -49,7 +50,8 @@ from sweep.schema import (
 from sweep.spec.resume import ResumeError, check_resume_compatible
 from sweep.tracking.notes import experiment_note, parent_note
 from sweep.tracking.reader import latest_parent, read_trials
-from sweep.tracking.trial_run import TrialContext, TrialRun, finite, now_ms
+from sweep.tracking.trial_context import TrialContext
+from sweep.tracking.trial_run import TrialRun, finite, finite_float, now_ms
 from sweep.tracking.uris import absolute_uri, ensure_store, sqlite_path
 
 log = logging.getLogger(__name__)
@@ -200,7 +202,8 @@ class StudyTracker:
     def log_metrics(self, metrics: Mapping[str, float | None]) -> None:
         """Log finite study-level metrics, e.g. ``baseline_unigram_loss`` (nats/token)."""
         ts = now_ms()
-        batch = [Metric(k, float(v), ts, 0) for k, v in metrics.items() if finite(v)]
+        batch = [Metric(k, x, ts, 0) for k, v in metrics.items()
+                 if (x := finite_float(v)) is not None]
         if batch:
             self.client.log_batch(self.parent_run_id, metrics=batch)
 
@@ -221,13 +224,14 @@ class StudyTracker:
     def __enter__(self) -> StudyTracker:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         if self.finished:
             return False
         if exc is None:
             self.finish()
         else:
-            reason = f"{exc_type.__name__}: {exc}"[:MAX_TAG_VAL_LENGTH]
+            reason = f"{type(exc).__name__}: {exc}"[:MAX_TAG_VAL_LENGTH]
             tags = [RunTag(TAG_STATE, TrialState.FAILED.value), RunTag(TAG_FAIL_REASON, reason)]
             self.client.log_batch(self.parent_run_id, tags=tags)
             self.client.set_terminated(self.parent_run_id, RunStatus.to_string(RunStatus.FAILED))
@@ -271,41 +275,25 @@ class StudyTracker:
         counts = {state: 0 for state in TrialState}
         for trial in trials:
             counts[trial["state"]] += 1
-        ranked = [t for t in trials if t["state"] is TrialState.COMPLETE
-                  and finite(t["metrics"].get(METRIC_BEST_VAL_LOSS))]
-        best = min(ranked, key=lambda t: t["metrics"][METRIC_BEST_VAL_LOSS], default=None)
+        best = _best_trial(trials)
         state = TrialState.COMPLETE if counts[TrialState.COMPLETE] else TrialState.FAILED
         if interrupted is not None:
             state = TrialState.INTERRUPTED
-        metrics = {count_metric(s): n for s, n in counts.items()}
+        metrics: dict[str, float] = {count_metric(s): n for s, n in counts.items()}
         metrics[METRIC_TRIALS_RETRIED] = sum(1 for t in trials if t.get("retry_of") is not None)
         tags = [RunTag(TAG_STATE, state.value)]
         if interrupted is not None:
             tags.append(RunTag(TAG_FAIL_REASON, interrupted[:MAX_TAG_VAL_LENGTH]))
         parent_run = self.client.get_run(self.parent_run_id)
-        parent = parent_run.data
-        baseline = parent.metrics.get(METRIC_BASELINE, math.nan)
+        baseline = parent_run.data.metrics.get(METRIC_BASELINE, math.nan)
         if best is not None:
             metrics[METRIC_BEST_VAL_LOSS] = best["metrics"][METRIC_BEST_VAL_LOSS]
             if finite(baseline) and baseline > 0:
                 metrics[METRIC_BEST_OVER_BASELINE] = metrics[METRIC_BEST_VAL_LOSS] / baseline
             tags += [RunTag(TAG_BEST_TRIAL, str(best["trial"])),
                      RunTag(TAG_BEST_RUN_ID, best["run_id"])]
-            best_config = {**({"data": dict(data)} if data else {}),
-                           **unflatten_params(best["params"])}
-            config = yaml.safe_dump(best_config, sort_keys=False)
-            self.client.log_text(self.parent_run_id, config, BEST_CONFIG_ARTIFACT)
-        corpus = self.corpus_lines or ([f"corpus {parent.tags[TAG_CORPUS]}"]
-                                       if TAG_CORPUS in parent.tags else [])
-        note = parent_note(
-            parent_run.info.run_name, state=state,
-            counts={s.value: n for s, n in counts.items()},
-            best_trial=best["trial"] if best else None,
-            best_run_url=f"#/experiments/{self.experiment_id}/runs/{best['run_id']}"
-                         f"?{UI_MODEL_TRAINING}" if best else None,
-            best_val_loss=metrics.get(METRIC_BEST_VAL_LOSS, math.nan), baseline=baseline,
-            corpus=corpus, executor=parent.tags.get(TAG_EXECUTOR),
-            algorithm=parent.tags.get(TAG_ALGORITHM), reason=interrupted)
+            self._log_best_config(best, data)
+        note = self._note(parent_run, state, counts, best, baseline, interrupted)
         tags.append(RunTag(TAG_NOTE, note[:MAX_TAG_VAL_LENGTH]))
         self.log_metrics(metrics)
         self.client.log_batch(self.parent_run_id, tags=tags)
@@ -323,6 +311,36 @@ class StudyTracker:
             "retried": metrics[METRIC_TRIALS_RETRIED],
             "state": state,
         }
+
+    def _log_best_config(self, best: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
+        """Save the best trial's config (``data`` first) as ``best_config.yaml``."""
+        best_config = {**({"data": dict(data)} if data else {}),
+                       **unflatten_params(best["params"])}
+        config = yaml.safe_dump(best_config, sort_keys=False)
+        self.client.log_text(self.parent_run_id, config, BEST_CONFIG_ARTIFACT)
+
+    def _note(self, parent_run: Run, state: TrialState, counts: Mapping[TrialState, int],
+              best: Mapping[str, Any] | None, baseline: float, reason: str | None) -> str:
+        """The parent run's description at the end (`sweep.tracking.notes.parent_note`)."""
+        parent = parent_run.data
+        corpus = self.corpus_lines or ([f"corpus {parent.tags[TAG_CORPUS]}"]
+                                       if TAG_CORPUS in parent.tags else [])
+        return parent_note(
+            parent_run.info.run_name, state=state,
+            counts={s.value: n for s, n in counts.items()},
+            best_trial=best["trial"] if best else None,
+            best_run_url=f"#/experiments/{self.experiment_id}/runs/{best['run_id']}"
+                         f"?{UI_MODEL_TRAINING}" if best else None,
+            best_val_loss=best["metrics"][METRIC_BEST_VAL_LOSS] if best else math.nan,
+            baseline=baseline, corpus=corpus, executor=parent.tags.get(TAG_EXECUTOR),
+            algorithm=parent.tags.get(TAG_ALGORITHM), reason=reason)
+
+
+def _best_trial(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The COMPLETE trial with the lowest finite ``best_val_loss``, or None."""
+    ranked = [t for t in trials if t["state"] is TrialState.COMPLETE
+              and finite(t["metrics"].get(METRIC_BEST_VAL_LOSS))]
+    return min(ranked, key=lambda t: t["metrics"][METRIC_BEST_VAL_LOSS], default=None)
 
 
 def load_stored_spec(client: MlflowClient, run_id: str) -> dict[str, Any]:

@@ -77,9 +77,5 @@ def start_train_run(tracking_uri: str, params: Mapping[str, Any],
     run = client.create_run(experiment_id, tags=tags, run_name=name)
     number = retrain_of.trial if retrain_of is not None else -1
     train_run = TrialRun(client, run.info.run_id, number)
-    try:
-        train_run.log_params(params)
-    except Exception as exc:
-        train_run.end(TrialState.FAILED, fail_reason=f"logging params: {type(exc).__name__}: {exc}")
-        raise
+    train_run.log_initial_params(params)
     return train_run

@@ -1,7 +1,7 @@
 """The MLflow child run of one trial.
 
-`TrialContext` opens it anywhere (three strings), `TrialRun` writes params, cost metrics,
-evaluations and the final state.
+`TrialRun` writes params, cost metrics, evaluations and the final state;
+`sweep.tracking.trial_context.TrialContext` opens it anywhere.
 
 Every write goes through `mlflow.MlflowClient` with an explicit run id (never the fluent
 active-run stack), so trials in threads, processes or Ray workers on other machines do not
@@ -15,16 +15,14 @@ any loss metric.
 from __future__ import annotations
 
 import math
-import os
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, TypeVar
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunStatus, RunTag
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from mlflow.entities import Metric, Param, RunTag
 from mlflow.utils.validation import (
     MAX_METRICS_PER_BATCH,
     MAX_PARAM_VAL_LENGTH,
@@ -41,34 +39,36 @@ from sweep.schema import (
     METRIC_TOKENS,
     METRIC_VAL_LOSS,
     RESULT_METRICS,
-    TAG_CUDA_VISIBLE_DEVICES,
     TAG_DEVICE,
     TAG_FAIL_REASON,
     TAG_HEARTBEAT,
-    TAG_OWNER,
-    TAG_RETRY_OF,
     TAG_STATE,
-    TAG_TRIAL_NUMBER,
     TAG_TRUNCATED,
     TrialState,
     cost_metrics,
     mutation_key,
-    run_name,
 )
-from sweep.tracking.buffer import BufferedClient, SyncResult, sync_folder
+from sweep.tracking.buffer import BufferedClient
 from sweep.tracking.faults import infrastructure_fault
-from sweep.tracking.owner import Heartbeat, current_owner
-from sweep.tracking.uris import shown_uri
+from sweep.tracking.owner import Heartbeat
+
+T = TypeVar("T")
+
+
+def finite_float(value: Any) -> float | None:
+    """``value`` as a float if it is a finite number, else None."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def finite(value: Any) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False
+    return finite_float(value) is not None
 
 
-def _chunks(items: list, size: int) -> Iterable[list]:
+def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
 
@@ -89,15 +89,6 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def process_tags() -> dict[str, str]:
-    """Tags of the process running a trial: its owner and the GPUs it is shown, if set."""
-    tags = {TAG_OWNER: current_owner()}
-    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if gpus is not None:
-        tags[TAG_CUDA_VISIBLE_DEVICES] = gpus
-    return tags
-
-
 class TrialRun:
     """The child run of one trial; use as a context manager so every run gets an end state.
 
@@ -110,7 +101,7 @@ class TrialRun:
     ``sweep.heartbeat``) is rewritten every `sweep.tracking.owner.HEARTBEAT_S` seconds.
     """
 
-    def __init__(self, client: MlflowClient, run_id: str, number: int) -> None:
+    def __init__(self, client: MlflowClient | BufferedClient, run_id: str, number: int) -> None:
         self.client = client
         self.run_id = run_id
         self.number = number
@@ -154,7 +145,8 @@ class TrialRun:
     def __enter__(self) -> TrialRun:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         if self.state is not TrialState.RUNNING or self._detached:
             return False
         if exc is None:
@@ -165,7 +157,7 @@ class TrialRun:
             # interrupt, or the study would go on. The next resume ends the run then.
             try:
                 self.end(TrialState.INTERRUPTED,
-                         fail_reason=f"interrupted ({exc_type.__name__})")
+                         fail_reason=f"interrupted ({type(exc).__name__})")
             except Exception:  # noqa: BLE001
                 self._stop_heartbeat()
         elif (what := infrastructure_fault(exc)) is not None:
@@ -174,18 +166,36 @@ class TrialRun:
             except Exception:  # noqa: BLE001
                 self._stop_heartbeat()
         else:
-            reason = f"{exc_type.__name__}: {exc}"
+            reason = f"{type(exc).__name__}: {exc}"
             detail = "".join(traceback.format_exception(exc_type, exc, tb))
             self.end(TrialState.FAILED, fail_reason=reason, detail=detail)
         return False
 
-    def _log(self, metrics: list = (), params: list = (), tags: list = ()) -> None:
-        for batch in _chunks(list(metrics), MAX_METRICS_PER_BATCH):
-            self.client.log_batch(self.run_id, metrics=batch)
-        for batch in _chunks(list(params), MAX_PARAMS_TAGS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=batch)
-        for batch in _chunks(list(tags), MAX_PARAMS_TAGS_PER_BATCH):
-            self.client.log_batch(self.run_id, tags=batch)
+    def _log(self, metrics: Sequence[Metric] = (), params: Sequence[Param] = (),
+             tags: Sequence[RunTag] = ()) -> None:
+        for metric_batch in _chunks(metrics, MAX_METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=metric_batch)
+        for param_batch in _chunks(params, MAX_PARAMS_TAGS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=param_batch)
+        for tag_batch in _chunks(tags, MAX_PARAMS_TAGS_PER_BATCH):
+            self.client.log_batch(self.run_id, tags=tag_batch)
+
+    def restore(self, params: Mapping[str, str], metrics: Mapping[str, float],
+                val_losses: Iterable[Metric]) -> None:
+        """Carry on from what the run logged before (a trial restored in another process).
+
+        Args:
+            params: The run's params; `log_params` refuses other values for them.
+            metrics: The run's latest metric values (the loss metrics it logged so far).
+            val_losses: Its ``val_loss`` history: the best value and the last step so far.
+        """
+        self._params = dict(params)
+        history = list(val_losses)
+        self.last_step = max((m.step for m in history), default=-1)
+        finite_history = [m for m in history if finite(m.value)]
+        self.best_val_loss = min((m.value for m in finite_history), default=math.inf)
+        self._last_loss_step = max((m.step for m in finite_history), default=-1)
+        self._losses = {k for k in LOSS_METRICS if finite(metrics.get(k))}
 
     def detach(self) -> None:
         """Leave the run open on exit: another worker continues it with `TrialContext.attach_trial`.
@@ -227,6 +237,18 @@ class TrialRun:
         tags = [RunTag(TAG_TRUNCATED, ",".join(truncated))] if truncated else []
         self._log(params=params, tags=tags)
 
+    def log_initial_params(self, params: Mapping[str, Any]) -> None:
+        """`log_params` on a run just created; a refused param ends the run ``FAILED``.
+
+        Raises:
+            Exception: What `log_params` raised (the run's reason names it).
+        """
+        try:
+            self.log_params(params)
+        except Exception as exc:
+            self.end(TrialState.FAILED, fail_reason=f"logging params: {type(exc).__name__}: {exc}")
+            raise
+
     def log_metrics(self, metrics: Mapping[str, float | None], step: int = 0) -> None:
         """Log finite values of ``metrics`` at ``step`` in one batch (others are dropped).
 
@@ -235,8 +257,8 @@ class TrialRun:
         can take it as its x axis) and its latest value is the trial's total.
         """
         ts = now_ms()
-        batch = [Metric(k, float(v), ts, int(v) if k == METRIC_TOKENS else int(step))
-                 for k, v in metrics.items() if finite(v)]
+        batch = [Metric(k, x, ts, int(x) if k == METRIC_TOKENS else int(step))
+                 for k, v in metrics.items() if (x := finite_float(v)) is not None]
         self._log(metrics=batch)
 
     def log_costs(self, estimate: Any) -> None:
@@ -250,9 +272,9 @@ class TrialRun:
         the same step. Matches `sweep.train.Reporter.report`; tracks the best finite
         ``val_loss`` seen.
         """
-        value = metrics.get(METRIC_VAL_LOSS)
-        if finite(value):
-            self.best_val_loss = min(self.best_val_loss, float(value))
+        value = finite_float(metrics.get(METRIC_VAL_LOSS))
+        if value is not None:
+            self.best_val_loss = min(self.best_val_loss, value)
             self._last_loss_step = max(self._last_loss_step, int(tokens))
             metrics = {**metrics, METRIC_TOKENS: int(tokens)}
         self._losses.update(k for k in LOSS_METRICS if finite(metrics.get(k)))
@@ -331,8 +353,8 @@ class TrialRun:
             ts = now_ms()
             self._log(metrics=[Metric(k, math.nan, ts, step) for k in sorted(self._losses)])
         tags = [RunTag(TAG_STATE, state.value)]
-        if fail_reason or detail:
-            reason = fail_reason or detail.strip().splitlines()[-1]
+        reason = fail_reason or (detail.strip().splitlines()[-1] if detail else None)
+        if reason:
             if len(reason) > MAX_TAG_VAL_LENGTH or detail:
                 full = reason + ("\n\n" + detail if detail else "")
                 self.client.log_text(self.run_id, full, FAIL_REASON_ARTIFACT)
@@ -340,163 +362,3 @@ class TrialRun:
         self._log(tags=tags)
         self.client.set_terminated(self.run_id, status)
         self.state = state
-
-
-@dataclass(frozen=True)
-class RunningTrial:
-    """A trial run MLflow holds as ``RUNNING``.
-
-    Attributes:
-        number: Its trial number.
-        run_id: Its run.
-        owner: The process that runs it (tag ``sweep.owner``), or None.
-        heartbeat: Its last heartbeat (Unix seconds), else its start time.
-    """
-
-    number: int
-    run_id: str
-    owner: str | None
-    heartbeat: float
-
-
-@dataclass(frozen=True)
-class TrialContext:
-    """Everything a trial worker needs to log its run; picklable (three strings).
-
-    Attributes:
-        tracking_uri: MLflow tracking URI (``sqlite:///...`` or ``http://...``).
-        experiment_id: Experiment of the study.
-        parent_run_id: Run id of the study's parent run.
-        buffer_dir: Where a trial keeps its run's writes while the store does not answer
-            (``<study>/mlflow-buffer``, `sweep.tracking.buffer`); None: a failing write
-            interrupts the trial.
-    """
-
-    tracking_uri: str
-    experiment_id: str
-    parent_run_id: str
-    buffer_dir: str | None = None
-
-    def _client(self, client: MlflowClient, run_id: str, number: int) -> BufferedClient:
-        return BufferedClient(client, run_id, self.buffer_dir, {
-            "tracking_uri": shown_uri(self.tracking_uri), "experiment_id": self.experiment_id,
-            "parent_run_id": self.parent_run_id, "trial": number})
-
-    def sync_buffers(self) -> SyncResult:
-        """Send the study's buffered trial writes (`sweep.tracking.buffer.sync_folder`).
-
-        Returns:
-            The `sweep.tracking.buffer.SyncResult` (its ``error`` set, and the files kept, when
-            the store still does not answer).
-        """
-        if self.buffer_dir is None:
-            return SyncResult([], 0, [])
-        client = MlflowClient(self.tracking_uri)
-        return sync_folder(self.buffer_dir, lambda header: client)
-
-    def start_trial(self, number: int, params: Mapping[str, Any] | None = None, *,
-                    retry_of: int | None = None,
-                    heartbeat: Callable[[], None] | None = None) -> TrialRun:
-        """Create child run ``trial-<number>`` and log ``params``; use it as a context manager.
-
-        The run records its owner (tag ``sweep.owner``, `sweep.tracking.owner.current_owner`)
-        and keeps a heartbeat while open (`TrialRun.start_heartbeat`).
-
-        Args:
-            number: Trial number (the executor's), tag ``sweep.trial_number``.
-            params: The resolved config, nested (``{"model": {...}, "train": {...}}``) or with
-                dotted keys; see `TrialRun.log_params`.
-            retry_of: The number of the interrupted trial this one retries (tag
-                ``sweep.retry_of``).
-            heartbeat: Called at each beat of the run's heartbeat too (`TrialRun.start_heartbeat`).
-
-        Raises:
-            mlflow.exceptions.MlflowException: If the store rejects the run or a param (the
-                run then ends FAILED with the reason).
-        """
-        client = MlflowClient(self.tracking_uri)
-        tags = {
-            MLFLOW_PARENT_RUN_ID: self.parent_run_id,
-            TAG_TRIAL_NUMBER: str(number),
-            TAG_STATE: TrialState.RUNNING.value,
-            **process_tags(),
-            TAG_HEARTBEAT: f"{time.time():.0f}",
-            **({TAG_RETRY_OF: str(retry_of)} if retry_of is not None else {}),
-        }
-        run = client.create_run(self.experiment_id, tags=tags, run_name=run_name(number))
-        trial = TrialRun(self._client(client, run.info.run_id, number), run.info.run_id, number)
-        trial.start_heartbeat(also=heartbeat)
-        if params:
-            try:
-                trial.log_params(params)
-            except Exception as exc:
-                reason = f"logging params: {type(exc).__name__}: {exc}"
-                trial.end(TrialState.FAILED, fail_reason=reason)
-                raise
-        return trial
-
-    def read_trials(self) -> list[dict[str, Any]]:
-        """The study's trial runs (`sweep.tracking.reader.read_trials`)."""
-        from sweep.tracking.reader import read_trials
-
-        return read_trials(self.tracking_uri, self.experiment_id, self.parent_run_id)
-
-    def trial_state(self, run_id: str) -> TrialState:
-        """The state trial run ``run_id`` recorded (tag ``sweep.state``)."""
-        tags = MlflowClient(self.tracking_uri).get_run(run_id).data.tags
-        return TrialState(tags.get(TAG_STATE, TrialState.RUNNING))
-
-    def log_parent_text(self, text: str, artifact: str) -> None:
-        """Save ``text`` as artifact ``artifact`` of the study's parent run."""
-        MlflowClient(self.tracking_uri).log_text(self.parent_run_id, text, artifact)
-
-    def running_trials(self) -> list[RunningTrial]:
-        """The study's trial runs still ``RUNNING`` in MLflow, with their owners and beats."""
-        runs = MlflowClient(self.tracking_uri).search_runs(
-            [self.experiment_id],
-            filter_string=(f"tags.{MLFLOW_PARENT_RUN_ID} = '{self.parent_run_id}' "
-                           f"and attributes.status = '{RunStatus.to_string(RunStatus.RUNNING)}'"),
-            max_results=10_000)
-        out = []
-        for run in runs:
-            tags = run.data.tags
-            beat = tags.get(TAG_HEARTBEAT)
-            out.append(RunningTrial(int(tags.get(TAG_TRIAL_NUMBER, -1)), run.info.run_id,
-                                    tags.get(TAG_OWNER),
-                                    float(beat) if beat else run.info.start_time / 1000))
-        return out
-
-    def end_interrupted(self, trials: Iterable[RunningTrial], reason: Any) -> list[str]:
-        """End each of ``trials`` ``INTERRUPTED``, with ``reason(trial)`` as its reason.
-
-        Returns:
-            The run ids ended.
-        """
-        client = MlflowClient(self.tracking_uri)
-        ended = []
-        for trial in trials:
-            TrialRun(client, trial.run_id, trial.number).end(TrialState.INTERRUPTED,
-                                                            fail_reason=reason(trial))
-            ended.append(trial.run_id)
-        return ended
-
-    def attach_trial(self, run_id: str) -> TrialRun:
-        """Continue logging to an existing trial run (a trial restored in another process)."""
-        client = MlflowClient(self.tracking_uri)
-        run = client.get_run(run_id)
-        number = int(run.data.tags.get(TAG_TRIAL_NUMBER, -1))
-        trial = TrialRun(self._client(client, run_id, number), run_id, number)
-        trial._params = dict(run.data.params)
-        history = client.get_metric_history(run_id, METRIC_VAL_LOSS)
-        trial.last_step = max((m.step for m in history), default=-1)
-        finite_history = [m for m in history if finite(m.value)]
-        trial.best_val_loss = min((m.value for m in finite_history), default=math.inf)
-        trial._last_loss_step = max((m.step for m in finite_history), default=-1)
-        trial._losses = {k for k in LOSS_METRICS if finite(run.data.metrics.get(k))}
-        running = RunStatus.to_string(RunStatus.RUNNING)
-        if run.info.status != running:
-            client.update_run(run_id, status=running)
-        for key, value in process_tags().items():
-            client.set_tag(run_id, key, value)
-        trial.start_heartbeat()
-        return trial
