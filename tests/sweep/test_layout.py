@@ -163,8 +163,7 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 #: Modules and functions over those sizes, still to split (these lists only shrink).
 MODULES_OVER = {
-    "sweep/cli/study.py", "sweep/schema.py", "sweep/study/preflight.py",
-    "sweep/tracking/trial_run.py",
+    "sweep/schema.py", "sweep/study/preflight.py", "sweep/tracking/trial_run.py",
 }
 FUNCTIONS_OVER = {
     "sweep/cli/coord.py:coord_check", "sweep/cli/results.py:results",
