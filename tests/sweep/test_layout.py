@@ -166,7 +166,6 @@ MODULES_OVER = {
     "sweep/schema.py", "sweep/study/preflight.py", "sweep/tracking/trial_run.py",
 }
 FUNCTIONS_OVER = {
-    "sweep/cli/coord.py:coord_check", "sweep/cli/results.py:results",
     "sweep/tracking/study_run.py:finish",
 }
 
