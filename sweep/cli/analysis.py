@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sweep.cli import common
-from sweep.cli.common import bad_input
+from sweep.cli.common import as_bad_input, bad_input
 from sweep.folder import StudyFolder, find_store, missing_store
 
 __all__ = ["check_local_store", "default_out", "out_folder", "print_done", "study_spec"]
@@ -57,10 +57,8 @@ def study_spec(attrs: dict[str, Any], without: str) -> Any:
 def out_folder(out: str | None, points: Any, study: str | None) -> Path:
     """``--out`` or the default folder, created; exits 2 when it cannot be."""
     folder = Path(out) if out else default_out(points, study)
-    try:
+    with as_bad_input(f"--out {folder}", OSError):
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        bad_input(f"--out {folder}: {exc.strerror or exc}")
     return folder
 
 

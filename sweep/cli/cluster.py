@@ -21,6 +21,7 @@ from rich.table import Table
 
 from sweep.cli import common
 from sweep.cli.common import app, bad_input
+from sweep.cli.inputs import load_study_spec
 from sweep.schema import JOB_EXPERIMENT, JOB_OUT, JOB_STUDY, TAG_SPEC_HASH
 
 _ADDRESS_HELP = ("The Ray dashboard's address, http://HEAD:8265 (default: "
@@ -29,21 +30,15 @@ _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
 
 
 def _connect(address: str | None) -> Any:
-    from sweep.cluster import ClusterError, connect
+    from sweep.cluster import connect
 
-    try:
-        return connect(address)
-    except ClusterError as exc:
-        bad_input(str(exc))
+    return connect(address)
 
 
 def _study_job(client: Any, job: str) -> Any:
-    from sweep.cluster import ClusterError, study_job
+    from sweep.cluster import study_job
 
-    try:
-        return study_job(client, job)
-    except ClusterError as exc:
-        bad_input(str(exc))
+    return study_job(client, job)
 
 
 def _check_job_id(job: str) -> None:
@@ -94,17 +89,10 @@ def submit(
     when it failed (1 when no trial completed); 130 when Ctrl-C stops the wait (the job runs
     on).
     """
-    from sweep.cli.study import _load_study_spec
+    spec = load_study_spec(spec_path, executor, trials)
+    from sweep.cluster import check_submittable
 
-    spec = _load_study_spec(spec_path, executor, trials)
-    from sweep.cluster import ClusterError, check_submittable
-    from sweep.data import DataError
-    from sweep.study.preflight import PreflightError
-
-    try:
-        check_submittable(spec)
-    except (ClusterError, DataError, PreflightError) as exc:
-        bad_input(str(exc))
+    check_submittable(spec)
     client = _connect(address)
     job_id = _submit(client, spec, Path(spec_path), name=name, executor=executor,
                      trials=trials, out=out)
@@ -169,8 +157,6 @@ def _submit(client: Any, spec: Any, spec_path: Path, *, name: str | None,
             job_id = client.submit_job(entrypoint=request.entrypoint,
                                        runtime_env=request.runtime_env,
                                        metadata=request.metadata)
-    except ClusterError as exc:
-        bad_input(str(exc))
     except RuntimeError as exc:  # the Jobs API refused the submission
         bad_input(f"the cluster refused the job: {exc}")
     meta = request.metadata

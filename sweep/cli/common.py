@@ -1,49 +1,71 @@
 """The ``sweep`` Typer app and what every command shares.
 
-Consoles, the exit-2 message for bad input, ``--set`` parsing: one syntax for every command
-that takes config fields (``sweep estimate``, ``sweep train``), ``FIELD=VALUE`` or
-``SECTION.FIELD=VALUE`` (``d_model=96`` and ``model.d_model=96`` are the same flag).
+Consoles; the exit-2 message for bad input, given in one place for every
+`sweep.errors.InputError` and `sweep_models.ConfigError` a command raises; ``--set`` parsing:
+one syntax for every command that takes config fields (``sweep estimate``, ``sweep train``),
+``FIELD=VALUE`` or ``SECTION.FIELD=VALUE`` (``d_model=96`` and ``model.d_model=96`` are the
+same flag).
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import typer
 import yaml
 from rich.console import Console
-from typer.core import TyperCommand
+from typer.core import TyperArgument, TyperCommand, TyperOption
+
+from sweep.errors import InputError
+from sweep_models.errors import ConfigError
+
+
+class _Flag(TyperOption):
+    """A flag, which help writes without a type: Typer 0.2x's gives it one (``--quiet <bool>``)."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+class _Argument(TyperArgument):
+    """An argument the usage line writes as its metavar (``SPEC``, ``[STUDY_OR_DIR]``).
+
+    Typer 0.2x wraps a required argument in braces there (``{SPEC}``).
+    """
+
+    def get_usage_pieces(self, ctx: Any) -> list[str]:
+        if self.metavar is not None:
+            return [self.metavar]
+        name = (self.name or "").upper()
+        return [name if self.required else f"[{name}]"]
 
 
 class _Command(TyperCommand):
-    """A command whose help writes flags and arguments as the README does.
+    """A command whose help writes flags and arguments as the README does; bad input exits 2.
 
-    Typer 0.2x's rich help gives every option a type column, flags too (``--quiet <bool>``),
-    and wraps a required argument in braces on the usage line (``{SPEC}``). Here a flag shows
-    no type, and an argument shows its metavar as declared (``SPEC``, ``[STUDY_OR_DIR]``).
+    Any `sweep.errors.InputError` or `sweep_models.ConfigError` raised while the command runs
+    ends it here, the one place: its message as one ``error:`` line and exit status 2
+    (`bad_input`). Messages that need a command's own context (``data.uri: ``) are added where
+    the command catches them.
     """
 
     def get_params(self, ctx: Any) -> list[Any]:
         params = super().get_params(ctx)
-        for param in params:  # Typer's own (vendored) click classes: told apart by kind
-            if param.param_type_name == "option" and getattr(param, "is_flag", False):
-                param.display_type_rich = _no_type
-            elif param.param_type_name == "argument":
-                param.get_usage_pieces = functools.partial(_usage, param)
+        for param in params:  # Typer builds each as one of its own; these change only the help
+            if isinstance(param, TyperOption) and param.is_flag:
+                param.__class__ = _Flag
+            elif isinstance(param, TyperArgument):
+                param.__class__ = _Argument
         return params
 
-
-def _no_type(ctx: Any) -> None:
-    return None
-
-
-def _usage(param: Any, ctx: Any) -> list[str]:
-    if param.metavar is not None:
-        return [param.metavar]
-    name = (param.name or "").upper()
-    return [name if param.required else f"[{name}]"]
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (InputError, ConfigError) as exc:
+            bad_input(str(exc))
 
 
 class _Typer(typer.Typer):
@@ -79,6 +101,20 @@ def bad_input(message: str) -> NoReturn:
 
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
+
+
+@contextlib.contextmanager
+def as_bad_input(prefix: str, *errors: type[Exception]) -> Iterator[None]:
+    """Any of ``errors`` raised inside exits 2 with its message after ``PREFIX: ``.
+
+    For errors whose message does not name the flag or field at fault (``--out DIR``,
+    ``data.uri``); an `OSError` gives only its reason (``--out DIR: Permission denied``).
+    """
+    try:
+        yield
+    except errors as exc:
+        reason = exc.strerror or exc if isinstance(exc, OSError) else exc
+        bad_input(f"{prefix}: {reason}")
 
 
 def stopped(message: str, code: int) -> NoReturn:

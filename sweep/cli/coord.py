@@ -10,16 +10,23 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
 from sweep.cli import common
-from sweep.cli.common import app, bad_input, parse_sets
+from sweep.cli.common import app, as_bad_input, bad_input, parse_sets
 from sweep.folder import RUNS, StudyFolder
 
-_DEFAULT_WIDTHS = (64, 128, 256, 512)
+if TYPE_CHECKING:
+    import torch
+
+    from sweep.spec import StudySpec
+    from sweep.train.config import TrainConfig
+    from sweep_models import ModelConfig
+
+_DEFAULT_WIDTHS: tuple[int, ...] = (64, 128, 256, 512)
 _DEFAULT_LR = 1e-2  # microsoft/mup's examples check at a learning rate near the optimum's top
 _PARAMETRIZATIONS = ("sp", "mup", "completep")
 _WIDTH_OWNED = ("d_model", "n_heads", "n_kv_heads", "d_ff", "d_head", "d_ff_ratio",
@@ -41,19 +48,17 @@ def _parse_widths(raw: str | None, default: tuple[int, ...]) -> list[int]:
     return sorted(set(widths))
 
 
-def _from_spec(path: str, sets: dict[str, Any]) -> tuple[dict, dict, list[str], Any]:
+def _from_spec(path: str, sets: dict[str, Any],
+               ) -> tuple[dict[str, Any], dict[str, Any], list[str], StudySpec]:
     """(model fields, train fields, parametrizations, spec) of a study spec's fixed values.
 
     The width fields and the parametrization may be searched (the check replaces the first
     and compares each choice of the second); any other searched field exits 2 unless ``--set``
     fixes it.
     """
-    from sweep.spec import ChoiceDomain, SpecError, load_spec
+    from sweep.spec import ChoiceDomain, load_spec
 
-    try:
-        spec = load_spec(path)
-    except SpecError as exc:
-        bad_input(str(exc))
+    spec = load_spec(path)
     model: dict[str, Any] = {}
     train: dict[str, Any] = {}
     pars: list[str] = []
@@ -76,8 +81,12 @@ def _from_spec(path: str, sets: dict[str, Any]) -> tuple[dict, dict, list[str], 
 
 
 def _resolve(spec_or_preset: str, sets: dict[str, Any], widths_raw: str | None,
-             pars_raw: str | None, lr: float | None):
-    """Model and train configs, widths and parametrizations; exits 2 on bad input."""
+             pars_raw: str | None, lr: float | None,
+             ) -> tuple[ModelConfig, TrainConfig, list[int], list[str], str, StudySpec | None]:
+    """Model and train configs, widths, parametrizations, corpus URI and spec (if any).
+
+    Exits 2 on bad input.
+    """
     from sweep.train.config import TrainConfig
     from sweep_models import ConfigError, ModelConfig
     from sweep_models.presets import PRESETS, preset_dict
@@ -86,6 +95,8 @@ def _resolve(spec_or_preset: str, sets: dict[str, Any], widths_raw: str | None,
         if not key.startswith(("model.", "train.")):
             bad_input(f"--set {key}: give model.FIELD=VALUE or train.FIELD=VALUE")
     spec = None
+    train: dict[str, Any]
+    pars: list[str]
     if spec_or_preset in PRESETS:
         model, train, pars = preset_dict(spec_or_preset), {}, []
         uri, vocab, widths_default = "builtin:python-stdlib", None, _DEFAULT_WIDTHS
@@ -131,11 +142,9 @@ def _resolve(spec_or_preset: str, sets: dict[str, Any], widths_raw: str | None,
         model["d_ff"] = max(1, round(ratio * width))
     model.setdefault("base_d_model", width)
     train = {k: v for k, v in train.items() if k not in ("tokens", "flops", "steps", "seconds")}
-    try:
+    with as_bad_input("model or train", ConfigError):
         config = ModelConfig.from_dict(model)
         train_config = TrainConfig.from_dict({**train, "steps": 1})
-    except ConfigError as exc:
-        bad_input(f"model or train: {exc}")
     return config, train_config, widths, pars, uri, spec
 
 
@@ -203,38 +212,23 @@ def coord_check(
     from sweep.train.coord_check import width_config
     from sweep_models import ConfigError
 
-    try:
+    with as_bad_input("--widths", ConfigError):
         for w in width_list:
             for par in pars:
                 width_config(config, w, par)
-    except ConfigError as exc:
-        bad_input(f"--widths: {exc}")
-    try:
+    with as_bad_input(f"--out {folder}", OSError):
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        bad_input(f"--out {folder}: {exc.strerror or exc}")
-
-    import torch
-
-    from sweep.data import DataError, load_corpus
+    # the study's own corpus cache by default; with --out, everything under that folder
+    batch = _batch(uri, StudyFolder(folder).data if out else study.data, spec, config, train,
+                   batch_size)
     from sweep.train.coord_check import LOGITS, coord_data, coord_figure, log_width_slopes
 
-    # the study's own corpus cache by default; with --out, everything under that folder
-    cache = StudyFolder(folder).data if out else study.data
-    try:
-        corpus = load_corpus(uri, cache, vocab_size=spec.data.vocab_size if spec else None)
-        corpus.require(config.seq_len)
-    except DataError as exc:
-        bad_input(f"data.uri {uri}: {exc}")
-    x, y = corpus.train_batch(train.seed, 0, batch_size or train.batch_size, config.seq_len)
-    frame = coord_data(config, train, (torch.from_numpy(x), torch.from_numpy(y)), width_list,
-                       steps, parametrizations=pars, device=device)
+    frame = coord_data(config, train, batch, width_list, steps, parametrizations=pars,
+                       device=device)
     slopes = {steps: log_width_slopes(frame, module=LOGITS, t=steps)}
-    try:
+    with as_bad_input(f"--out {folder}", OSError):
         frame.to_csv(folder / "coord_check.csv", index=False)
         coord_figure(frame, folder / "coord_check.png")
-    except OSError as exc:
-        bad_input(f"--out {folder}: {exc.strerror or exc}")
     if as_json:
         print(json.dumps({"widths": width_list, "steps": steps, "lr": train.lr,
                           "parametrizations": pars, "logit_slopes": slopes[steps],
@@ -243,3 +237,20 @@ def coord_check(
         _print(frame, slopes, width_list)
     (common.err_console if as_json else common.console).print(
         f"wrote {folder / 'coord_check.png'} and {folder / 'coord_check.csv'}", highlight=False)
+
+
+def _batch(uri: str, cache: Path, spec: StudySpec | None, config: ModelConfig,
+           train: TrainConfig, batch_size: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed batch every width trains on: the corpus's first training batch.
+
+    Its corpus is prepared under ``cache`` (exits 2, naming ``uri``, when it cannot be used).
+    """
+    import torch
+
+    from sweep.data import DataError, load_corpus
+
+    with as_bad_input(f"data.uri {uri}", DataError):
+        corpus = load_corpus(uri, cache, vocab_size=spec.data.vocab_size if spec else None)
+        corpus.require(config.seq_len)
+    x, y = corpus.train_batch(train.seed, 0, batch_size or train.batch_size, config.seq_len)
+    return torch.from_numpy(x), torch.from_numpy(y)

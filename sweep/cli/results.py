@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import math
 import socket
+from typing import Any
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from sweep.cli import common
-from sweep.cli.common import app, bad_input
+from sweep.cli.common import app, as_bad_input, bad_input
+from sweep.errors import InputError
 from sweep.folder import RUNS, StudyFolder
 from sweep.schema import (
     METRIC_BASELINE,
@@ -57,27 +60,56 @@ def results(
     With the loss over the corpus's unigram baseline (below 1: better than any model that ignores
     context) and, for byte-level corpora, the best loss in bits per byte.
     """
-    from sweep.results import StudyNotFoundError, load_results
-    from sweep.tracking import UnreachableStoreError
-
-    try:
-        frame = load_results(study, tracking_uri=tracking_uri)
-    except (StudyNotFoundError, UnreachableStoreError) as exc:
-        bad_input(str(exc))
-    except Exception as exc:  # MLflow's errors for an unreachable or unknown store
-        from sweep.tracking import shown_uri
-
-        bad_input(f"--tracking-uri {shown_uri(tracking_uri)}: {type(exc).__name__}: "
-                  f"{str(exc).splitlines()[0] if str(exc) else ''}")
+    frame = _load(study, tracking_uri)
     if csv:
-        try:
+        with as_bad_input(f"--csv {csv}", OSError):
             frame.to_csv(csv, index=False)
-        except OSError as exc:
-            bad_input(f"--csv {csv}: {exc.strerror or exc}")
     shown = frame.head(top)
     if as_json:
         print(shown.to_json(orient="records"))
         return
+    lead, columns = _columns(frame, shown)
+    counts = ("tokens", METRIC_N_PARAMS, METRIC_FLOPS_PER_TOKEN)
+    cells = {c: [_format_count(v) if c in counts else _format_cell(v) for v in shown[c]]
+             for c in columns}
+    out, left_out = _fit(columns, len(lead), cells)
+    table = Table(title=_title(frame))
+    for column, header in columns.items():
+        wide = column == "fail_reason"
+        table.add_column(header, overflow="fold", no_wrap=not wide,
+                         max_width=_REASON_WIDTH if wide else None)
+    for row in range(len(shown)):
+        table.add_row(*(cells[c][row] for c in columns))
+    out.print(table)
+    if left_out:
+        out.print(f"not shown (terminal too narrow): {', '.join(left_out)}; all columns with "
+                  "--csv FILE or --json", highlight=False)
+    if csv:
+        common.console.print(f"wrote {len(frame)} trials to {csv}", highlight=False)
+
+
+def _load(study: str, tracking_uri: str | None) -> Any:
+    """The study's trials (`sweep.results.load_results`); exits 2 when they cannot be read."""
+    from sweep.results import load_results
+
+    try:
+        return load_results(study, tracking_uri=tracking_uri)
+    except InputError:
+        raise  # its message says what is wrong; the app exits 2 with it
+    except Exception as exc:  # MLflow's errors for an unreachable or unknown store
+        from sweep.tracking import shown_uri
+
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        bad_input(f"--tracking-uri {tracking_uri and shown_uri(tracking_uri)}: "
+                  f"{type(exc).__name__}: {first}")
+
+
+def _columns(frame: Any, shown: Any) -> tuple[dict[str, str], dict[str, str]]:
+    """The lead columns (always shown), and every column to show: ``{column: header}``.
+
+    The lead ones, the failure reason where a shown trial has one, then the model and train
+    fields whose values differ between trials.
+    """
     from sweep.results import BEST_VAL_BPB, LOSS_OVER_BASELINE
 
     lead = {"trial": "#", "state": "state", METRIC_BEST_VAL_LOSS: "best val"}
@@ -93,42 +125,39 @@ def results(
     if "fail_reason" in frame.columns and shown["fail_reason"].notna().any():
         columns["fail_reason"] = "reason"
     columns.update(varied)
-    counts = ("tokens", METRIC_N_PARAMS, METRIC_FLOPS_PER_TOKEN)
-    cells = {c: [_format_count(v) if c in counts else _format_cell(v) for v in shown[c]]
-             for c in columns}
+    return lead, columns
+
+
+def _fit(columns: dict[str, str], n_lead: int,
+         cells: dict[str, list[str]]) -> tuple[Console, list[str]]:
+    """The console to print on, and the headers of the columns left out to fit the terminal.
+
+    A file or a pipe gets whole lines and every column; a terminal loses the last columns that
+    do not fit (removed from ``columns``), never the ``n_lead`` first ones.
+    """
     # A box table spends 3 characters a column (padding and border) and 1 more at the edge.
     widths = {c: max([len(h)] + [len(x) for x in cells[c]]) + 3 for c, h in columns.items()}
     if "fail_reason" in widths:
         widths["fail_reason"] = min(widths["fail_reason"], _REASON_WIDTH + 3)
-    out, left_out = common.console, []
-    if not common.console.is_terminal:  # a file or a pipe: whole lines, every column
-        from rich.console import Console
+    if not common.console.is_terminal:
+        return Console(width=max(80, 1 + sum(widths.values()))), []
+    left_out: list[str] = []
+    while len(columns) > n_lead and 1 + sum(widths.values()) > common.console.width:
+        dropped = list(columns)[-1]
+        left_out.insert(0, columns.pop(dropped))
+        widths.pop(dropped)
+    return common.console, left_out
 
-        out = Console(width=max(80, 1 + sum(widths.values())))
-    else:  # drop the last columns that do not fit; the lead ones always stay
-        while len(columns) > len(lead) and 1 + sum(widths.values()) > common.console.width:
-            dropped = list(columns)[-1]
-            left_out.insert(0, columns.pop(dropped))
-            widths.pop(dropped)
+
+def _title(frame: Any) -> str:
+    """The study, its trials and, where known, the corpus's unigram baseline."""
     title = f"{frame.attrs['study']}: {len(frame)} trials (best first)"
     if math.isfinite(frame.attrs[METRIC_BASELINE]):
         base = frame.attrs[METRIC_BASELINE]
         title += f"; unigram baseline {base:.4f} nats/token"
         if frame.attrs["byte_level"]:
             title += f" ({base / math.log(2):.4f} bits/byte)"
-    table = Table(title=title)
-    for column, header in columns.items():
-        wide = column == "fail_reason"
-        table.add_column(header, overflow="fold", no_wrap=not wide,
-                         max_width=_REASON_WIDTH if wide else None)
-    for row in range(len(shown)):
-        table.add_row(*(cells[c][row] for c in columns))
-    out.print(table)
-    if left_out:
-        out.print(f"not shown (terminal too narrow): {', '.join(left_out)}; all columns with "
-                  "--csv FILE or --json", highlight=False)
-    if csv:
-        common.console.print(f"wrote {len(frame)} trials to {csv}", highlight=False)
+    return title
 
 
 def _latest_store() -> str:
@@ -163,12 +192,9 @@ def ui(
         stop_signals,
         stop_ui,
     )
-    from sweep.tracking import find_study
+    from sweep.tracking import find_study, shown_uri
 
-    try:
-        uri, name = resolve_study(study or _latest_store())
-    except StudyNotFoundError as exc:
-        bad_input(str(exc))
+    uri, name = resolve_study(study or _latest_store())
     if host not in ("127.0.0.1", "localhost", "::1"):
         common.err_console.print(
             f"[bold yellow]warning:[/] --host {host} serves the MLflow UI, which "
@@ -178,7 +204,10 @@ def ui(
             probe.bind((host, port))
         except OSError as exc:
             bad_input(f"cannot serve on {host}:{port} ({exc.strerror}); pass another --port")
-    experiment_id, _ = find_study(uri, name)
+    found = find_study(uri, name)
+    if found is None:  # resolve_study saw its parent run; the store has changed since
+        raise StudyNotFoundError(f"no study {name!r} in {shown_uri(uri)}")
+    experiment_id = found[0]
     # From here to the end a stop signal stops the server, even while it is starting.
     with stop_signals():
         proc = None
@@ -225,13 +254,10 @@ def dashboard(
     Live while the study runs (it reads the journal or database as trials are written); stops
     on Ctrl-C, SIGTERM or SIGHUP.
     """
-    from sweep.results.dashboard import DashboardError, locate_storage
+    from sweep.results.dashboard import locate_storage
 
     host = "127.0.0.1"  # the dashboard has no authentication
-    try:
-        found = locate_storage(study_dir, storage)
-    except DashboardError as exc:
-        bad_input(str(exc))
+    found = locate_storage(study_dir, storage)
     with socket.socket() as probe:
         try:
             probe.bind((host, port))
@@ -240,10 +266,7 @@ def dashboard(
     from sweep.results.dashboard import open_storage, serve_dashboard
     from sweep.tracking import shown_uri
 
-    try:
-        opened = open_storage(found.url, writable=allow_writes)
-    except DashboardError as exc:
-        bad_input(str(exc))
+    opened = open_storage(found.url, writable=allow_writes)
     mode = "read-write" if allow_writes else "read-only"
 
     def ready(url: str) -> None:

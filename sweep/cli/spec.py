@@ -1,12 +1,23 @@
-"""``sweep schema``: the study spec's JSON Schema for editors, or its field reference."""
+"""Commands on a spec: ``sweep schema`` (its JSON Schema or field reference), ``validate``."""
 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.table import Table
 
-from sweep.cli.common import app
+from sweep.cli import common
+from sweep.cli.common import app, as_bad_input, bad_input
+from sweep.cli.inputs import check_study_inputs
+from sweep.data import DataError
+from sweep.folder import StudyFolder
+from sweep.schema import METRIC_BASELINE
+
+if TYPE_CHECKING:
+    from sweep.data import Corpus
+    from sweep.spec import StudySpec
 
 
 @app.command()
@@ -27,3 +38,112 @@ def schema(
         typer.echo(reference_markdown(), nl=False)
     else:
         typer.echo(json.dumps(json_schema(), indent=2))
+
+
+@app.command()
+def validate(
+    spec_path: str = typer.Argument(..., metavar="SPEC", help="Study spec YAML."),
+    samples: int = typer.Option(256, min=1, help="Random configs to price with the cost model."),
+    device: str = typer.Option(None, help="Device whose memory bounds max_memory_gb (default: "
+                               "the spec's train.device)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Check a spec; print its corpus, search space and cost range without training anything.
+
+    Exits 2 for an invalid spec, a corpus that cannot be used (``data.uri``), or a space in
+    which no sampled config is valid and feasible.
+    """
+    from sweep.spec import load_spec, spec_hash
+
+    spec = load_spec(spec_path)
+    check_study_inputs(spec, device=device)
+    corpus = _inspect_corpus(spec)
+    from sweep import space
+
+    summary = space.summarize(spec, n_samples=samples, device=device).to_dict()
+    n_ok = summary["n_configs"] - summary["n_invalid"] - summary["n_infeasible"]
+    if as_json:
+        common.console.print_json(json.dumps({"name": spec.name, "spec_hash": spec_hash(spec),
+                                              "search": spec.search.model_dump(mode="json"),
+                                              "corpus": _corpus_record(spec, corpus),
+                                              **summary}))
+    else:
+        _print_summary(spec, corpus, summary, n_ok)
+    if n_ok == 0:
+        bad_input(f"{spec_path}: none of {summary['n_configs']} sampled configs is valid and "
+                  "within the constraints; the study could never train a trial")
+    problems = spec.kind.describe(spec, _say, _warn, device=device, as_json=as_json)
+    if problems:
+        bad_input("; ".join(problems))
+
+
+def _print_summary(spec: StudySpec, corpus: Corpus | None, summary: dict[str, Any],
+                   n_ok: int) -> None:
+    """The study's search, its corpus, its parameters and its cost range, as tables."""
+    from sweep.spec import spec_hash
+
+    s = spec.search
+    common.console.print(f"[bold]{spec.name}[/] ({spec_hash(spec)}): executor {s.executor}, "
+                         f"sampler {s.sampler}, pruner {s.pruner}, scheduler {s.scheduler}, "
+                         f"{spec.kind.trial_count(spec)} trials, objectives "
+                         f"{', '.join(f'{o} ({d})' for o, d in spec.objective_directions())}")
+    table = Table("parameter", "kind", "domain", "when")
+    for row in summary["params"]:
+        table.add_row(row["path"], row["kind"], row["domain"], row["when"])
+    for line in _corpus_lines(spec, corpus):
+        _say(line)
+    common.console.print(table)
+    cost = Table("cost", "min", "max")
+    for name, rng in summary["cost"].items():
+        cost.add_row(name, *(f"{v:,.0f}" for v in rng) if rng else ("-", "-"))
+    common.console.print(cost)
+    common.console.print(f"{summary['n_configs']} configs priced (corners + random): {n_ok} ok, "
+                         f"{summary['n_invalid']} invalid, {summary['n_infeasible']} over the "
+                         "constraints", highlight=False)
+    for kind in ("invalid", "infeasible"):
+        for example in summary[f"{kind}_examples"]:
+            _say(f"  {kind}: {example}")
+
+
+def _say(line: Any) -> None:
+    common.console.print(line, highlight=False, soft_wrap=True)
+
+
+def _warn(line: str) -> None:
+    common.err_console.print(line, highlight=False, soft_wrap=True)
+
+
+def _inspect_corpus(spec: StudySpec) -> Corpus | None:
+    """The spec's corpus, read with `sweep.data.inspect_corpus` (nothing written).
+
+    Exits 2 with a message naming ``data.uri`` when the corpus cannot be used; None for a
+    ``text:`` folder over `sweep.data.INSPECT_MAX_BYTES`. Reads the prepared copy under the
+    study's default output folder when ``sweep run`` left one there, otherwise the corpus
+    itself (for ``text:``, every file and the near-duplicate search of its split: about a
+    second per 15 MB on one core).
+    """
+    from sweep.data import inspect_corpus
+
+    with as_bad_input("data.uri", DataError):
+        return inspect_corpus(spec.data.uri, vocab_size=spec.data.vocab_size,
+                              cache_dir=StudyFolder(spec.default_output_dir()).data)
+
+
+def _corpus_lines(spec: StudySpec, corpus: Corpus | None) -> list[str]:
+    if corpus is not None:
+        return corpus.describe()
+    from sweep.data import INSPECT_MAX_BYTES
+
+    return [f"corpus {spec.data.uri}: over {INSPECT_MAX_BYTES / 2**20:.0f} MiB of files, so "
+            "validate does not read it; sweep run reads and splits it once, when it prepares "
+            "the corpus"]
+
+
+def _corpus_record(spec: StudySpec, corpus: Corpus | None) -> dict[str, Any]:
+    if corpus is None:
+        return {"uri": spec.data.uri, "read": False}
+    return {"uri": corpus.uri, "read": True, "vocab_size": corpus.vocab_size,
+            "byte_level": corpus.byte_level, "n_train": len(corpus.train),
+            "n_val": len(corpus.val), METRIC_BASELINE: corpus.baseline_unigram_loss,
+            "entropy_rate": corpus.entropy_rate, "content_hash": corpus.content_hash,
+            **corpus.summary}

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import math
+from typing import TypeVar, get_args
 
 import typer
-from rich.table import Table
 
 from sweep.cli import common
-from sweep.cli.common import SET_FORMS, app, bad_input, parse_sets, split_sets
+from sweep.cli.common import SET_FORMS, app, as_bad_input, bad_input, parse_sets, split_sets
+from sweep.cli.estimate_table import estimate_table
 from sweep.folder import RUNS
 from sweep.schema import TrialState
 
@@ -95,14 +96,9 @@ def train(
 
     Exits 0 when training completes, 1 when it diverges, 2 for bad input.
     """
-    from sweep_models.errors import ConfigError
-
     overrides = split_sets(parse_sets(sets))
     _check_save_dir(save)
-    try:
-        base, study_trial = _source(preset, from_study, trial, config, tracking_uri)
-    except ConfigError as exc:
-        bad_input(str(exc))
+    base, study_trial = _source(preset, from_study, trial, config, tracking_uri)
     _train(base, study_trial, overrides, data=data, budget_tokens=budget_tokens, out=out,
            save=save, track=track, tracking_uri=tracking_uri, device=device, as_json=as_json)
 
@@ -112,9 +108,7 @@ def _train(base, study_trial, overrides, *, data, budget_tokens, out, save, trac
     """`train` once its flags are read: check, train, track, save, print."""
     import os
 
-    from sweep.data import DataError
     from sweep.train.command import PrintReporter, TrainRequest, result_json
-    from sweep_models.errors import ConfigError
 
     if out is None:
         out = study_trial.folder if study_trial is not None and study_trial.folder \
@@ -125,7 +119,7 @@ def _train(base, study_trial, overrides, *, data, budget_tokens, out, save, trac
         request.check_fits(device)
         corpus = request.load()
         trainer = request.trainer(corpus, device)
-    except (ConfigError, DataError, ValueError) as exc:
+    except ValueError as exc:  # an unknown or unavailable device (sweep.train.hardware)
         bad_input(str(exc))
     lines = common.err_console if as_json else common.console
 
@@ -222,10 +216,8 @@ def _save(save, trainer, request, corpus, result, run):
                        result={k: v for k, v in result.to_dict().items()
                                if k in (METRIC_BEST_VAL_LOSS, METRIC_FINAL_VAL_LOSS,
                                         METRIC_TOKENS, "steps", METRIC_BASELINE)})
-    try:
+    with as_bad_input(f"--save {save}", OSError):
         save_model(save, trainer.model, saved)
-    except OSError as exc:
-        bad_input(f"--save {save}: {exc.strerror or exc}")
     folder = Path(save).resolve()
     if run is not None:
         run.client.set_tag(run.run_id, TAG_SAVED_TO, str(folder))
@@ -257,16 +249,12 @@ def sample(
     same text. Exits 2 for bad input.
     """
     from sweep.train.saved import read_saved_config
-    from sweep_models.errors import ConfigError
 
     if not math.isfinite(temperature):
         bad_input(f"--temperature {temperature}: must be a finite number >= 0")
     if not prompt:
         bad_input("--prompt: give at least one character to continue")
-    try:
-        saved = read_saved_config(model_dir)
-    except ConfigError as exc:
-        bad_input(str(exc))
+    saved = read_saved_config(model_dir)
     if not saved.byte_level:
         bad_input(f"MODEL_DIR {model_dir}: trained on {saved.data or 'an unknown corpus'}, "
                   "whose tokens are ids, not bytes; sweep sample reads and writes text only "
@@ -282,7 +270,7 @@ def sample(
         from sweep.train.saved import load_saved
 
         module, saved = load_saved(model_dir, device=str(pick_device(device)))
-    except (ConfigError, ValueError) as exc:
+    except ValueError as exc:  # an unknown or unavailable device (sweep.train.hardware)
         bad_input(str(exc))
     out = generate(module, ids, tokens, temperature=temperature, seed=seed,
                    vocab_limit=min(BYTE_VOCAB, saved.model.vocab_size), top_k=top_k)
@@ -294,38 +282,19 @@ def sample(
     typer.echo(prompt + text)
 
 
-def _format_bytes(n: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:,.2f} {unit}"
-    return f"{n} B"
+_Choice = TypeVar("_Choice", bound=str)
 
 
-def _parametrization_rows(table: Table, config) -> None:
-    """The parametrization and, for muP and CompleteP, its base shape (no cost depends on it)."""
-    from sweep_models import parametrization
+def _choice(name: str, value: str, choices: tuple[_Choice, ...]) -> _Choice:
+    """``value`` as the one of ``choices`` it is, typed as they are (a cost-model ``Literal``).
 
-    name = config.parametrization
-    if name == "completep":
-        name += f", alpha {config.completep_alpha:g}"
-    table.add_row("parametrization (costs as sp)", name)
-    if config.parametrization != "sp":
-        table.add_row("base d_model / width_mult",
-                      f"{config.base_d_model} / {parametrization.width_mult(config):g}")
-    if config.parametrization == "completep":
-        table.add_row("base n_layers / depth_mult",
-                      f"{config.base_n_layers} / {parametrization.depth_mult(config):g}")
+    Raises:
+        ConfigError: ``name=value is not one of ...``, as `sweep_models.cost.estimate` says it.
+    """
+    from sweep_models.errors import check_choice
 
-
-def _encoder_decoder_rows(table: Table, config, attn: dict, seq_len: int) -> None:
-    """The two stacks, the window's split and the pairs of each attention."""
-    src = config.src_len
-    table.add_row("layers: encoder + decoder",
-                  f"{config.n_encoder_layers} + {config.n_decoder_layers}")
-    table.add_row("tokens: source + target", f"{src} + {seq_len - src}")
-    table.add_row("pairs: encoder / decoder / cross",
-                  f"{attn['encoder_pairs']:,} / {attn['decoder_pairs']:,} / "
-                  f"{attn['cross_pairs']:,}")
+    check_choice(name, value, choices)
+    return choices[choices.index(value)]
 
 
 @app.command("estimate")
@@ -345,46 +314,28 @@ def estimate_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Parameters, FLOPs per token and training memory of a model, without building it."""
-    from sweep_models import ConfigError, ModelConfig
+    from sweep_models import ModelConfig
     from sweep_models import cost as cost_model
+    from sweep_models.cost.memory import Device, Dtype, MemoryBackend, Optimizer
 
     overrides = split_sets(parse_sets(sets), ("model",))["model"]
-    try:
-        config = ModelConfig.from_preset(preset, **overrides)
-        est = cost_model.estimate(config, batch_size=batch_size, seq_len=seq_len, dtype=dtype,
-                                  optimizer=optimizer, attn_backend=attn_backend, device=device)
-    except ConfigError as exc:
-        bad_input(str(exc))
+    config = ModelConfig.from_preset(preset, **overrides)
+    dtypes: tuple[Dtype, ...] = get_args(Dtype)
+    optimizers: tuple[Optimizer, ...] = get_args(Optimizer)
+    backends: tuple[MemoryBackend, ...] = get_args(MemoryBackend)
+    devices: tuple[Device, ...] = get_args(Device)
+    # checked in estimate's order, so the value refused first is the one estimate would refuse
+    est = cost_model.estimate(
+        config, batch_size=batch_size, seq_len=seq_len, dtype=_choice("dtype", dtype, dtypes),
+        optimizer=_choice("optimizer", optimizer, optimizers),
+        attn_backend=None if attn_backend is None else _choice("attn_backend", attn_backend,
+                                                               backends),
+        device=_choice("device", device, devices))
     if as_json:
         typer.echo(json.dumps({"preset": preset, "config": config.to_dict(), **est.to_dict()}))
         return
     title = " ".join([preset, *(f"{k}={v}" for k, v in overrides.items())])
-    table = Table("quantity", "value", title=title)
-    table.add_row("parameters", f"{est.n_params:,}")
-    table.add_row("non-embedding parameters", f"{est.n_params_non_embedding:,}")
-    table.add_row("FLOPs/token forward (kept pairs)", f"{est.flops_per_token_fwd:,.0f}")
-    table.add_row("FLOPs/token train (kept pairs)", f"{est.flops_per_token_train:,.0f}")
-    dense = "all pairs" if config.arch == "encoder_decoder" else "6N + 12LHqT"
-    table.add_row(f"FLOPs/token train (dense, {dense})",
-                  f"{est.flops_per_token_dense_train:,.0f}")
-    heads = f"{config.n_heads} / {config.n_kv_heads}"
-    if config.n_kv_heads != config.n_heads:
-        heads += " (multi-query)" if config.n_kv_heads == 1 else " (grouped-query)"
-    table.add_row("heads: query / key-value", heads)
-    _parametrization_rows(table, config)
-    attn = est.attn_layout
-    if config.arch == "encoder_decoder":
-        _encoder_decoder_rows(table, config, attn, est.seq_len)
-    size = ", ".join(f"{k}={attn[k]}" for k in ("window", "stride", "block_size",
-                                                 "n_window_blocks", "n_global_blocks",
-                                                 "n_random_blocks") if k in attn)
-    table.add_row("attention", f"{attn['pattern']} {size}".strip())
-    table.add_row("attention sparsity (achieved / asked)",
-                  f"{attn['sparsity']:.4f} / {attn['requested_sparsity']:.4f}")
-    table.add_section()
-    for name, value in est.memory.to_dict().items():
-        table.add_row(f"memory: {name}", _format_bytes(value))
-    common.console.print(table)
+    common.console.print(estimate_table(title, config, est))
     common.console.print(f"B={est.batch_size}, T={est.seq_len}, {est.dtype}, {est.optimizer}, "
                   f"attention backend {est.attn_backend} on {est.device}; memory total is the "
                   "peak of a steady-state training step"

@@ -14,10 +14,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sweep.errors import InputError
+
 __all__ = ["ClusterToken", "TokenError", "default_token_path", "find_token"]
 
 
-class TokenError(ValueError):
+class TokenError(InputError, ValueError):
     """``RAY_AUTH_TOKEN_PATH`` names a file that cannot be read or is empty."""
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from sweep.cluster.auth import ClusterToken, TokenError, default_token_path, find_token
+from sweep.errors import InputError
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
@@ -30,7 +31,7 @@ __all__ = ["CONNECT_TIMEOUT_S", "ClusterError", "check_address", "connect", "res
 CONNECT_TIMEOUT_S = 5.0
 
 
-class ClusterError(ValueError):
+class ClusterError(InputError, ValueError):
     """A cluster that cannot be reached or used as asked, or a job that is not this service's."""
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from sweep.errors import InputError
+
 __all__ = ["VAL_FRACTION", "Corpus", "DataError", "unigram_entropy"]
 
 #: The share of a stream (builtin, synthetic, a one-document ``text:``) held out as the
@@ -19,7 +21,7 @@ __all__ = ["VAL_FRACTION", "Corpus", "DataError", "unigram_entropy"]
 VAL_FRACTION = 0.1
 
 
-class DataError(Exception):
+class DataError(InputError):
     """A corpus cannot be used; the message names its URI and what is wrong."""
 
 

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from sweep.errors import InputError
 from sweep.folder import StudyFolder
 from sweep.results.ui import Stopped, stop_signals
 
 
-class DashboardError(ValueError):
+class DashboardError(InputError, ValueError):
     """A study folder whose Optuna storage cannot be found or opened (bad input, exit 2)."""
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from sweep import tracking
+from sweep.errors import InputError
 from sweep.folder import find_store, missing_store
 from sweep.schema import (
     METRIC_BASELINE,
@@ -77,7 +78,7 @@ LEAD_COLUMNS = (
 SCALING_COLUMNS = (METRIC_BUDGET_FLOPS, METRIC_N_TOKENS, METRIC_TOKENS_PER_PARAM)
 
 
-class StudyNotFoundError(LookupError):
+class StudyNotFoundError(InputError, LookupError):
     """No study store or experiment matches the name or folder given."""
 
 

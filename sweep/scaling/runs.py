@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sweep.errors import InputError
 from sweep.schema import (
     METRIC_BUDGET_FLOPS,
     METRIC_FINAL_VAL_LOSS,
@@ -54,7 +55,7 @@ _CSV_OPTIONAL = {METRIC_TRAIN_FLOPS: ("flops", METRIC_TRAIN_FLOPS),
                  METRIC_BUDGET_FLOPS: ("budget", METRIC_BUDGET_FLOPS)}
 
 
-class PointsError(ValueError):
+class PointsError(InputError, ValueError):
     """A table of points that cannot be fitted: a missing column or no usable row."""
 
 

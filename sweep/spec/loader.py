@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any, cast
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sweep.errors import InputError
 from sweep.spec import rules
 from sweep.spec.domains import ChoiceDomain, FloatDomain, IntDomain
 from sweep.spec.schema import StudySpec
 from sweep.spec.sections import section_models
 
 
-class SpecError(Exception):
+class SpecError(InputError):
     """A study spec is invalid; the message has one line per problem, each with its path."""
 
     def __init__(self, problems: Iterable[str], source: str | Path | None = None) -> None:

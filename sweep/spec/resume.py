@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from sweep.errors import InputError
 from sweep.spec.domains import ChoiceDomain, Domain, FloatDomain, IntDomain, Param
 
 __all__ = ["ResumeError", "check_resume_compatible"]
@@ -21,7 +22,7 @@ _PARAM = TypeAdapter(Param)
 _KIND = {FloatDomain: "float", IntDomain: "int", ChoiceDomain: "choice"}
 
 
-class ResumeError(ValueError):
+class ResumeError(InputError, ValueError):
     """A study cannot resume because its spec changed a search domain incompatibly."""
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweep.data import DataError, check_corpus
+from sweep.errors import InputError
 from sweep.folder import StudyFolder
 from sweep.schema import METRIC_N_PARAMS
 from sweep.spec import ChoiceDomain, StudySpec
@@ -44,7 +45,7 @@ TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "
                     "databricks")
 
 
-class PreflightError(ValueError):
+class PreflightError(InputError, ValueError):
     """The study cannot start or could never train a trial; found before anything is written."""
 
 

@@ -15,6 +15,7 @@ import yaml
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from sweep.errors import InputError
 from sweep.tracking.study_run import load_stored_spec
 
 __all__ = ["StoredSpecError", "log_files", "log_json", "read_parent_metrics", "read_stored_spec"]
@@ -41,7 +42,7 @@ def log_files(tracking_uri: str, run_id: str, paths: Iterable[str | Path],
         client.log_artifact(run_id, str(path), artifact_dir)
 
 
-class StoredSpecError(RuntimeError):
+class StoredSpecError(InputError, RuntimeError):
     """A study's stored ``spec.yaml`` cannot be read (the message says why)."""
 
 

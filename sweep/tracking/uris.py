@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
+from sweep.errors import InputError
 from sweep.folder import StudyFolder
 
 
@@ -40,7 +41,7 @@ def absolute_uri(tracking_uri: str) -> str:
     return f"sqlite:///{path.resolve()}" if path is not None else tracking_uri
 
 
-class UnreachableStoreError(ValueError):
+class UnreachableStoreError(InputError, ValueError):
     """An MLflow tracking server does not answer."""
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import optuna
 
+from sweep.errors import InputError
 from sweep.tracking import shown_uri
 
 #: Seconds after which a journal lock is taken for one a killed process left.
@@ -47,7 +48,7 @@ def study_exists(name: str, url: str) -> bool:
     return any(s.study_name == name for s in optuna.get_all_study_summaries(storage))
 
 
-class StorageError(ValueError):
+class StorageError(InputError, ValueError):
     """An RDB storage URL that cannot be used: no driver, or no database answers."""
 
 

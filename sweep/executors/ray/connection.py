@@ -13,6 +13,7 @@ import socket
 import ray
 
 from sweep.adapters.ray import bootstrap_address
+from sweep.errors import InputError
 from sweep.spec import StudySpec
 
 __all__ = ["UnreachableClusterError", "check_address", "init_ray", "trial_resources"]
@@ -39,7 +40,7 @@ def init_ray(address: str | None = None) -> bool:
     return True
 
 
-class UnreachableClusterError(ValueError):
+class UnreachableClusterError(InputError, ValueError):
     """A Ray cluster address that is malformed or where no cluster answers."""
 
 
