@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweep.cli.common import as_bad_input, bad_input
-from sweep.data import DataError
 
 if TYPE_CHECKING:
     from sweep.space import SpaceSummary
@@ -52,6 +51,7 @@ def check_study_inputs(spec: StudySpec, out: Path | None = None, device: str | N
         sweep.study.PreflightError: What the spec or flags name cannot be used.
         typer.Exit: With status 2 for a corpus that cannot be used (``data.uri: ...``).
     """
+    from sweep.data import DataError
     from sweep.study.preflight import check_inputs, check_space
 
     with as_bad_input("data.uri", DataError):

@@ -11,7 +11,6 @@ from rich.table import Table
 from sweep.cli import common
 from sweep.cli.common import app, as_bad_input, bad_input
 from sweep.cli.inputs import check_study_inputs
-from sweep.data import DataError
 from sweep.folder import StudyFolder
 from sweep.schema import METRIC_BASELINE
 
@@ -122,7 +121,7 @@ def _inspect_corpus(spec: StudySpec) -> Corpus | None:
     itself (for ``text:``, every file and the near-duplicate search of its split: about a
     second per 15 MB on one core).
     """
-    from sweep.data import inspect_corpus
+    from sweep.data import DataError, inspect_corpus
 
     with as_bad_input("data.uri", DataError):
         return inspect_corpus(spec.data.uri, vocab_size=spec.data.vocab_size,

@@ -15,7 +15,6 @@ from rich.table import Table
 from sweep.cli import common
 from sweep.cli.common import app, as_bad_input, bad_input
 from sweep.cli.inputs import check_study_inputs, load_study_spec
-from sweep.data import DataError
 from sweep.folder import StudyFolder
 from sweep.schema import (
     METRIC_BASELINE,
@@ -88,6 +87,7 @@ def run(
                   ray_address=address)
     # Only now the heavy packages (torch, MLflow, Optuna): the input is good as far as the spec
     # and the flags can tell.
+    from sweep.data import DataError
     from sweep.study import run_study
     from sweep.study.resume import StudyInterrupted
 

@@ -91,7 +91,7 @@ def from_config_file(path: Path | str) -> TrainBase:
     """
     import yaml
 
-    from sweep.spec.loader import read_yaml
+    from sweep.spec.yaml_safe import read_yaml
 
     path = Path(path)
     where = f"--config {path}"

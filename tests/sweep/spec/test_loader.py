@@ -4,7 +4,8 @@ import pytest
 import yaml
 
 from sweep.spec import SpecError, load_spec
-from sweep.spec.loader import MAX_DEPTH, MAX_SPEC_BYTES, SPEC_LOADER, loader_class, read_yaml
+from sweep.spec.loader import MAX_SPEC_BYTES
+from sweep.spec.yaml_safe import MAX_DEPTH, SPEC_LOADER, loader_class, read_yaml
 
 BASE = "name: t\ndata: builtin:python-stdlib\ntrain: {tokens: 100000}\n"
 # Both PyYAML loaders: libyaml's (used where installed) and the pure-Python fallback.
