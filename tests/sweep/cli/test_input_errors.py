@@ -72,8 +72,11 @@ def test_an_error_that_is_not_bad_input_is_not_swallowed():
 
 
 def _commands(group):
-    for name, command in group.commands.items():
-        if hasattr(command, "commands"):
+    """Every leaf command, asked through the group's own interface so lazily added ones count."""
+    ctx = typer.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if hasattr(command, "list_commands"):
             yield from _commands(command)
         else:
             yield name, command
