@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 def _val_loss_figure(frame: pd.DataFrame, histories: Mapping[str, list[tuple]],
                      baseline: float | None) -> Any:
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     best = frame["run_id"].iloc[0] if len(frame) else None
@@ -154,7 +154,7 @@ def study_figures(
 
 def close_figures(figures: Mapping[str, Any]) -> None:
     """Release the figures of `study_figures`."""
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     for figure in figures.values():
         plt.close(figure)

@@ -251,18 +251,30 @@ def _outside(folder: str) -> list[Path]:
             if not p.relative_to(SWEEP.parent).as_posix().startswith(folder)]
 
 
-def _mlflow_imports(tree: ast.AST) -> list[int]:
+def _imports_of(library: str, tree: ast.AST) -> list[int]:
+    """Lines of ``tree`` that import ``library`` or one of its modules."""
     return [node.lineno for node in ast.walk(tree)
-            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "mlflow"
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == library
                                                      for a in node.names)
-            or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "mlflow"]
+            or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == library]
 
 
 def test_mlflow_is_used_only_through_sweep_tracking():
     found = [f"{p.relative_to(SWEEP.parent)}:{line}" for p in _outside("sweep/tracking/")
-             for line in _mlflow_imports(_tree(p))]
+             for line in _imports_of("mlflow", _tree(p))]
     assert not found, "MLflow imported outside sweep/tracking:\n" + "\n".join(found)
-    assert _mlflow_imports(ast.parse("from mlflow.entities import Run\nimport mlflow\n")) == [1, 2]
+    assert _imports_of("mlflow", ast.parse("from mlflow.entities import Run\nimport mlflow\n"))\
+        == [1, 2]
+
+
+def test_matplotlib_is_used_only_through_the_plotting_helper():
+    """One backend choice: every figure takes pyplot from `sweep.plotting.pyplot`."""
+    found = [f"{p.relative_to(SWEEP.parent)}:{line}" for p in _outside("sweep/plotting.py")
+             for line in _imports_of("matplotlib", _tree(p))]
+    assert not found, "take pyplot from sweep.plotting:\n" + "\n".join(found)
+    assert _imports_of("matplotlib", ast.parse("import matplotlib.pyplot as plt\n"
+                                               "from optuna.visualization import matplotlib\n"))\
+        == [1]
 
 
 #: Public names of the standard library that start with an underscore.
