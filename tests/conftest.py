@@ -1,7 +1,6 @@
-import socket
-
 import pytest
 import torch
+from testsupport import free_port
 
 # Test models are tiny: one intra-op thread is as fast as two and leaves the second core to
 # the worker processes (Optuna, Ray, MLflow servers) that tests start.
@@ -20,12 +19,6 @@ MARKERS_OF_FIXTURE = {
     "chromium": {"browser"},  # tests/sweep/results/test_browser.py: headless Chromium
     "ui_url": {"server"},  # tests/sweep/results/test_browser.py: `sweep ui` (mlflow server)
 }
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MlflowServer:

@@ -9,25 +9,19 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 
 import optuna
 import pytest
 import yaml
+from testsupport import free_port
 from typer.testing import CliRunner
 
 from sweep.cli import app
 from sweep.results import load_results
 
 pytest.importorskip("psycopg2")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pg_bin(name):

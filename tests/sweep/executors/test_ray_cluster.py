@@ -18,6 +18,7 @@ import time
 
 import pytest
 import yaml
+from testsupport import free_port
 from typer.testing import CliRunner
 
 from sweep.cli import app
@@ -27,12 +28,6 @@ ray = pytest.importorskip("ray")
 
 # Only the tests that start a head node (`head_node`) are marked ``ray`` and ``slow``; the
 # others check addresses before Ray starts, in well under a second each.
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spec_file(tmp_path, executor="ray"):

@@ -10,6 +10,7 @@ import urllib.request
 
 import optuna
 import pytest
+from testsupport import free_port
 from typer.testing import CliRunner
 
 from sweep.cli import app
@@ -115,12 +116,6 @@ def test_bad_study_dirs_exit_2_with_one_message(tmp_path):
     assert result.exit_code == 2 and "--storage" in result.output
     with pytest.raises(DashboardError, match="no such folder"):
         locate_storage(not_a_journal)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(url, method="GET", body=None):

@@ -12,6 +12,7 @@ import urllib.request
 
 import pandas as pd
 import pytest
+from testsupport import free_port
 from typer.testing import CliRunner
 
 from sweep.cli import app
@@ -155,12 +156,6 @@ def test_cli_results_unknown_study_exits_2(store, monkeypatch):
     result = runner.invoke(app, ["results", "missing-study"])
     assert result.exit_code == 2
     assert "missing-study" in result.output
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fetch_json(url, body=None):
