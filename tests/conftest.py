@@ -1,3 +1,6 @@
+import os
+import shutil
+
 import pytest
 import torch
 from testsupport import free_port
@@ -19,6 +22,40 @@ MARKERS_OF_FIXTURE = {
     "chromium": {"browser"},  # tests/sweep/results/test_browser.py: headless Chromium
     "ui_url": {"server"},  # tests/sweep/results/test_browser.py: `sweep ui` (mlflow server)
 }
+
+
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory):
+    """An MLflow SQLite store as `sweep.tracking.ensure_store` creates it, made once.
+
+    Creating one runs MLflow's schema migrations (5-15 s on a 2-core machine); a copy of this
+    one (`new_store`) takes a fraction of a second and is what a study finds and accepts
+    (`sweep.study.preflight.check_stores`) where it would otherwise create its own.
+    """
+    from sweep.tracking import ensure_store
+
+    folder = tmp_path_factory.mktemp("empty-store")
+    cwd = os.getcwd()
+    os.chdir(folder)  # MLflow's Default experiment keeps its artifacts under the cwd: not here
+    try:
+        ensure_store(f"sqlite:///{folder / 'mlflow.db'}")
+    finally:
+        os.chdir(cwd)
+    return folder / "mlflow.db"
+
+
+@pytest.fixture(scope="session")
+def new_store(empty_store):
+    """``new_store(folder)``: a copy of the empty store at ``folder/mlflow.db``; its URI.
+
+    The folder is created if need be; the URI is ``default_tracking_uri(folder)``.
+    """
+    def copy(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(empty_store, folder / "mlflow.db")
+        return f"sqlite:///{(folder / 'mlflow.db').resolve()}"
+
+    return copy
 
 
 class MlflowServer:
@@ -43,7 +80,8 @@ class MlflowServer:
 
 
 @pytest.fixture
-def stoppable_server(tmp_path):
+def stoppable_server(tmp_path, new_store):
+    new_store(tmp_path)  # the server's store, as a new one (migrated once per session)
     server = MlflowServer(tmp_path)
     server.start()
     yield server
@@ -52,9 +90,10 @@ def stoppable_server(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def module_mlflow_server(tmp_path_factory):
+def module_mlflow_server(tmp_path_factory, new_store):
     """One `MlflowServer` for all the tests of a module (its store collects their studies)."""
     server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    new_store(server.root)
     server.start()
     yield server
     if server.proc is not None:

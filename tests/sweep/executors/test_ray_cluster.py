@@ -103,7 +103,8 @@ def run_on_head(head_node, tmp_path, **env):
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_study_runs_on_the_cluster_at_address(head_node, tmp_path):
+def test_study_runs_on_the_cluster_at_address(head_node, tmp_path, new_store):
+    new_store(tmp_path / "out")
     result, out = run_on_head(head_node, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     frame = load_results(out)

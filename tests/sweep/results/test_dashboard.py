@@ -30,8 +30,9 @@ def optuna_study(storage, name="dash", n_trials=3):
     return study
 
 
-def study_folder(out, search, name="dash"):
+def study_folder(new_store, out, search, name="dash"):
     """A study folder as `sweep run` leaves it: mlflow.db holding the spec, maybe a journal."""
+    new_store(out)
     tracker = StudyTracker.start(default_tracking_uri(out), name,
                                  {"name": name, "search": search},
                                  executor=search["executor"], algorithm="random")
@@ -40,8 +41,8 @@ def study_folder(out, search, name="dash"):
 
 
 @pytest.fixture
-def journal_study(tmp_path):
-    out = study_folder(tmp_path / "dash", {"executor": "optuna"})
+def journal_study(tmp_path, new_store):
+    out = study_folder(new_store, tmp_path / "dash", {"executor": "optuna"})
     optuna_study(str(out / "optuna.journal"))
     return out
 
@@ -80,10 +81,10 @@ def test_a_folder_without_mlflow_store_uses_its_journal(tmp_path):
     assert found.url == str(tmp_path / "optuna.journal") and found.study is None
 
 
-def test_an_rdb_storage_named_by_the_spec_is_opened_read_only(tmp_path):
+def test_an_rdb_storage_named_by_the_spec_is_opened_read_only(tmp_path, new_store):
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     optuna_study(url)
-    out = study_folder(tmp_path / "rdb", {"executor": "optuna", "storage": url})
+    out = study_folder(new_store, tmp_path / "rdb", {"executor": "optuna", "storage": url})
     found = locate_storage(out)
     assert found.url == url
     storage = open_storage(url)
@@ -94,13 +95,14 @@ def test_an_rdb_storage_named_by_the_spec_is_opened_read_only(tmp_path):
     assert len(optuna.load_study(study_name="dash", storage=url).trials) == 3
 
 
-def test_bad_study_dirs_exit_2_with_one_message(tmp_path):
+def test_bad_study_dirs_exit_2_with_one_message(tmp_path, new_store):
     cases = {
         "nosuch": (tmp_path / "nosuch", "STUDY_DIR", "no such folder"),
         "empty": (tmp_path, "STUDY_DIR", "optuna.journal does not exist"),
-        "ray": (study_folder(tmp_path / "ray", {"executor": "ray"}), "STUDY_DIR", "Ray"),
-        "masked": (study_folder(tmp_path / "pg", {"executor": "optuna",
-                                                  "storage": "postgresql://u:***@h/db"}),
+        "ray": (study_folder(new_store, tmp_path / "ray", {"executor": "ray"}), "STUDY_DIR",
+                "Ray"),
+        "masked": (study_folder(new_store, tmp_path / "pg",
+                                {"executor": "optuna", "storage": "postgresql://u:***@h/db"}),
                    "STUDY_DIR", "--storage"),
     }
     for case, (folder, names, rule) in cases.items():

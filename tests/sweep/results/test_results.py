@@ -54,8 +54,9 @@ def log_study(out, name):
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(tmp_path_factory, new_store):
     root = tmp_path_factory.mktemp("results")
+    new_store(root / "runs" / "demo")
     tracker = log_study(root / "runs" / "demo", "demo")
     return {"root": root, "out": root / "runs" / "demo", "tracker": tracker}
 
@@ -97,7 +98,8 @@ def test_unknown_study_names_it(store, monkeypatch):
         load_results("other", tracking_uri=default_tracking_uri(store["out"]))
 
 
-def test_store_with_two_studies_needs_the_name(tmp_path):
+def test_store_with_two_studies_needs_the_name(tmp_path, new_store):
+    new_store(tmp_path)
     log_study(tmp_path, "a")
     StudyTracker.start(default_tracking_uri(tmp_path), "b", SPEC, executor="ray", algorithm="x")
     with pytest.raises(StudyNotFoundError, match=r"\['a', 'b'\]|\['b', 'a'\]"):
@@ -255,9 +257,10 @@ BASELINE = 2.5  # nats/token, as a study's driver logs it from its corpus
 
 
 @pytest.fixture(scope="module")
-def byte_store(tmp_path_factory):
+def byte_store(tmp_path_factory, new_store):
     """A study on a byte-level corpus: the parent logged the baseline, trials ``val_bpb``."""
     out = tmp_path_factory.mktemp("bytes") / "runs" / "bytes"
+    new_store(out)
     tracker = StudyTracker.start(default_tracking_uri(out), "bytes", SPEC, executor="optuna",
                                  algorithm="random")
     tracker.log_baseline(BASELINE)

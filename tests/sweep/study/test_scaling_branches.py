@@ -42,8 +42,9 @@ def branched_data(name, **train):
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(tmp_path_factory, new_store):
     out = tmp_path_factory.mktemp("branches")
+    new_store(out)
     spec = branched("tiny-branches")
     summary = run_study(spec, out_dir=out, quiet=True)
     from mlflow import MlflowClient
@@ -143,7 +144,7 @@ def test_validate_prints_each_trials_trunk_and_the_tokens_saved(tmp_path, monkey
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_ray_executor_shares_the_same_trunks(study, tmp_path):
+def test_ray_executor_shares_the_same_trunks(study, tmp_path, new_store):
     import logging
 
     import ray
@@ -155,6 +156,7 @@ def test_ray_executor_shares_the_same_trunks(study, tmp_path):
     try:
         ray_spec = parse_spec({**branched_data("tiny-branches-ray"),
                                "search": {"executor": "ray"}})
+        new_store(tmp_path)
         summary = run_study(ray_spec, out_dir=tmp_path, quiet=True)
     finally:
         ray.shutdown()

@@ -35,9 +35,10 @@ def spec_file(tmp_path, name, uri):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, new_store):
     """A real ``mlflow server`` on loopback with its own SQLite store and artifact folder."""
     root = tmp_path_factory.mktemp("mlflow-server")
+    new_store(root)
     port = free_port()
     proc = start_ui(f"sqlite:///{root / 'mlflow.db'}", port=port, log_path=root / "server.log")
     yield f"http://127.0.0.1:{port}", root
