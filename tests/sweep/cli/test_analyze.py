@@ -88,6 +88,7 @@ def test_csv_fit_matches_the_law_to_three_digits(csv, tmp_path):
         assert image.ndim == 3 and min(image.shape[:2]) > 100, path.name
 
 
+@pytest.mark.slow  # a process of its own: its imports and a full approach-3 fit, 3 s
 def test_the_module_entry_point_prints_only_json(csv, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "sweep.cli", "analyze", "scaling", "--csv",
                            str(csv), "--approach", "3", "--bootstrap", "0", "--json", "--out",

@@ -86,6 +86,7 @@ def test_bad_input_is_refused_before_torch_mlflow_or_optuna_is_imported(tmp_path
     assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow  # a whole `sweep run` in a process of its own: 6.5 s
 def test_the_probe_sees_heavy_imports_of_a_good_spec(tmp_path, new_store):
     """Not vacuous: a spec that passes the checks loads torch, MLflow and Optuna (to train)."""
     new_store(tmp_path / "out")

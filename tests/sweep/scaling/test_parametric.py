@@ -127,6 +127,7 @@ def test_batched_full_grid_matches_scipy_full_grid():
         assert ours.params[name] == pytest.approx(ref.params[name], rel=1e-4), name
 
 
+@pytest.mark.slow  # 3 full-grid fits besides the bootstrap: 3 s
 def test_bootstrap_refits_from_the_optimum_reach_the_full_grid_refit():
     rng = np.random.default_rng(4)
     y = law(N8, D8) * np.exp(rng.normal(0, 0.01, N8.size))

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from sweep.schema import TrialState
@@ -64,12 +65,13 @@ def test_pbt_changes_show_the_initial_and_current_value():
     assert "lr=0.001->0.0031" in out.getvalue()
 
 
+@pytest.mark.slow  # a `sweep run` process: its imports, a trial and the summary, 7 s
 def test_sweep_run_in_a_log_prints_heartbeats(tmp_path, new_store):
     (tmp_path / "spec.yaml").write_text("""\
 name: beats
 data: synthetic:markov?order=1&vocab=8&seed=0&tokens=20000
 model: {seq_len: 16, d_model: 16, n_heads: 2, n_layers: 1}
-train: {steps: 400, batch_size: 4, eval_tokens: 64, device: cpu,
+train: {steps: 100, batch_size: 4, eval_tokens: 64, device: cpu,
         lr: {float: [1.0e-3, 1.0e-2], log: true}}
 search: {executor: optuna, sampler: random, pruner: none, n_trials: 1}
 """)

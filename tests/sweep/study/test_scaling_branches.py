@@ -91,6 +91,7 @@ def test_every_budget_is_its_own_point_and_trunks_are_shared(study):
     assert all(len(list(d.iterdir())) == 1 for d in (out / BRANCHES_DIR).iterdir())
 
 
+@pytest.mark.slow  # trains the largest branched point again from step 0: 3.6 s
 def test_a_branched_point_equals_a_run_trained_alone(study):
     spec, out, _, trials = study
     late = [t for t in trials if t["metrics"][METRIC_BRANCH_TOKENS] > 0]
