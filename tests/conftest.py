@@ -5,6 +5,8 @@ import pytest
 import torch
 from testsupport import free_port
 
+pytest_plugins = ["time_limit", "pytester"]  # time_limit: tests/time_limit.py
+
 # Test models are tiny: one intra-op thread is as fast as two and leaves the second core to
 # the worker processes (Optuna, Ray, MLflow servers) that tests start.
 torch.set_num_threads(1)
