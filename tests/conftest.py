@@ -1,7 +1,11 @@
-import socket
+import os
+import shutil
 
 import pytest
 import torch
+from testsupport import free_port
+
+pytest_plugins = ["time_limit", "pytester"]  # time_limit: tests/time_limit.py
 
 # Test models are tiny: one intra-op thread is as fast as two and leaves the second core to
 # the worker processes (Optuna, Ray, MLflow servers) that tests start.
@@ -22,10 +26,38 @@ MARKERS_OF_FIXTURE = {
 }
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory):
+    """An MLflow SQLite store as `sweep.tracking.ensure_store` creates it, made once.
+
+    Creating one runs MLflow's schema migrations (5-15 s on a 2-core machine); a copy of this
+    one (`new_store`) takes a fraction of a second and is what a study finds and accepts
+    (`sweep.study.preflight.check_stores`) where it would otherwise create its own.
+    """
+    from sweep.tracking import ensure_store
+
+    folder = tmp_path_factory.mktemp("empty-store")
+    cwd = os.getcwd()
+    os.chdir(folder)  # MLflow's Default experiment keeps its artifacts under the cwd: not here
+    try:
+        ensure_store(f"sqlite:///{folder / 'mlflow.db'}")
+    finally:
+        os.chdir(cwd)
+    return folder / "mlflow.db"
+
+
+@pytest.fixture(scope="session")
+def new_store(empty_store):
+    """``new_store(folder)``: a copy of the empty store at ``folder/mlflow.db``; its URI.
+
+    The folder is created if need be; the URI is ``default_tracking_uri(folder)``.
+    """
+    def copy(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(empty_store, folder / "mlflow.db")
+        return f"sqlite:///{(folder / 'mlflow.db').resolve()}"
+
+    return copy
 
 
 class MlflowServer:
@@ -50,7 +82,8 @@ class MlflowServer:
 
 
 @pytest.fixture
-def stoppable_server(tmp_path):
+def stoppable_server(tmp_path, new_store):
+    new_store(tmp_path)  # the server's store, as a new one (migrated once per session)
     server = MlflowServer(tmp_path)
     server.start()
     yield server
@@ -59,9 +92,10 @@ def stoppable_server(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def module_mlflow_server(tmp_path_factory):
+def module_mlflow_server(tmp_path_factory, new_store):
     """One `MlflowServer` for all the tests of a module (its store collects their studies)."""
     server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    new_store(server.root)
     server.start()
     yield server
     if server.proc is not None:

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from sweep import schema as S
 from sweep.cli import app
 from sweep.scaling.report_json import FITS_ARTIFACT, PLOTS_ARTIFACT_DIR
-from sweep.tracking import StudyTracker, default_tracking_uri
+from sweep.tracking import StudyTracker
 
 LAW = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 A_EXPONENT = LAW["beta"] / (LAW["alpha"] + LAW["beta"])
@@ -88,6 +88,7 @@ def test_csv_fit_matches_the_law_to_three_digits(csv, tmp_path):
         assert image.ndim == 3 and min(image.shape[:2]) > 100, path.name
 
 
+@pytest.mark.slow  # a process of its own: its imports and a full approach-3 fit, 3 s
 def test_the_module_entry_point_prints_only_json(csv, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "sweep.cli", "analyze", "scaling", "--csv",
                            str(csv), "--approach", "3", "--bootstrap", "0", "--json", "--out",
@@ -186,11 +187,11 @@ def test_bad_input_is_refused_before_mlflow_or_matplotlib_load(tmp_path, args):
 
 # ------------------------------------------------------------------------ a real study
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(tmp_path_factory, new_store):
     """A scaling study in MLflow through the project's tracking API: the law's 28 points, one
     FAILED trial and one DIVERGED trial."""
     out = tmp_path_factory.mktemp("study")
-    tracker = StudyTracker.start(default_tracking_uri(out), "chinchilla", {"name": "chinchilla"},
+    tracker = StudyTracker.start(new_store(out), "chinchilla", {"name": "chinchilla"},
                                  executor="optuna", algorithm="grid")
     rows = chinchilla_points().to_dict("records")
     for number, row in enumerate(rows + [rows[0], rows[1]]):
@@ -254,8 +255,8 @@ def test_every_approach_runs_on_a_study_by_default(study, tmp_path):
     assert out["1"]["a"] == pytest.approx(A_EXPONENT, abs=0.05), out["1"]
 
 
-def test_a_study_without_a_usable_trial_exits_2(tmp_path):
-    tracker = StudyTracker.start(default_tracking_uri(tmp_path), "broken", {"name": "broken"},
+def test_a_study_without_a_usable_trial_exits_2(tmp_path, new_store):
+    tracker = StudyTracker.start(new_store(tmp_path), "broken", {"name": "broken"},
                                  executor="optuna", algorithm="tpe")
     tracker.context.start_trial(0, {"model": {"d_model": 64}}).end(
         S.TrialState.FAILED, fail_reason="RuntimeError: out of memory")

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from sweep import schema as S
 from sweep.cli import app
-from sweep.tracking import StudyTracker, default_tracking_uri
+from sweep.tracking import StudyTracker
 
 SPEC = {"name": "tr", "data": "builtin:python-stdlib",
         "model": {"parametrization": {"choice": ["sp", "mup"]}, "base_d_model": 64},
@@ -21,8 +21,8 @@ SPEC = {"name": "tr", "data": "builtin:python-stdlib",
         "transfer": {"widths": [64, 128, 256]}}
 
 
-def record(out, spec):
-    tracker = StudyTracker.start(default_tracking_uri(out), spec["name"], spec,
+def record(uri, spec):
+    tracker = StudyTracker.start(uri, spec["name"], spec,
                                  executor="optuna", algorithm="tpe")
     number = 0
     for par in ("sp", "mup"):
@@ -42,8 +42,8 @@ def record(out, spec):
     return tracker
 
 
-def test_the_drift_of_a_recorded_study_and_its_artifacts(tmp_path):
-    tracker = record(tmp_path, SPEC)
+def test_the_drift_of_a_recorded_study_and_its_artifacts(tmp_path, new_store):
+    tracker = record(new_store(tmp_path), SPEC)
     res = CliRunner().invoke(app, ["analyze", "transfer", str(tmp_path), "--bootstrap", "100",
                                    "--json"])
     assert res.exit_code == 0, res.output
@@ -63,10 +63,10 @@ def test_the_drift_of_a_recorded_study_and_its_artifacts(tmp_path):
     assert res.exit_code == 0 and "moves 2 grid step(s) (x2 each)" in text
 
 
-def test_bad_input_exits_2(tmp_path):
+def test_bad_input_exits_2(tmp_path, new_store):
     res = CliRunner().invoke(app, ["analyze", "transfer", str(tmp_path / "none")])
     assert res.exit_code == 2 and "no study" in res.output
-    record(tmp_path, {k: v for k, v in SPEC.items() if k != "transfer"})
+    record(new_store(tmp_path), {k: v for k, v in SPEC.items() if k != "transfer"})
     res = CliRunner().invoke(app, ["analyze", "transfer", str(tmp_path)])
     assert res.exit_code == 2
     assert "is not a transfer study" in " ".join(res.output.split())

@@ -1,6 +1,8 @@
 """``--help`` writes flags as flags and arguments by their names (``SPEC``, not ``{SPEC}``)."""
 
 import re
+import runpy
+import sys
 
 import pytest
 import typer
@@ -36,3 +38,14 @@ def test_run_shows_its_spec_argument_and_flags_as_the_readme_writes_them():
     assert re.search(r"--trials\s+<int range>", text)  # options that take a value keep theirs
     assert re.search(r"Usage: .* scaling \[OPTIONS\] \[STUDY_OR_DIR\]\s*$",
                      _help("analyze", "scaling"), re.M)
+
+
+def test_python_m_sweep_cli_is_the_same_command_line(monkeypatch, capsys):
+    """``python -m sweep.cli`` (sweep/cli/__main__.py) runs the app ``sweep`` runs."""
+    monkeypatch.setattr(sys, "argv", ["sweep", "--help"])
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module("sweep.cli", run_name="__main__")
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert "Usage:" in text and all(name in text for name in GROUP.commands), text

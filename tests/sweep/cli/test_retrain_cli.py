@@ -43,10 +43,11 @@ def _last_json(result):
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(tmp_path_factory, new_store):
     root = tmp_path_factory.mktemp("retrain")
     (root / "spec.yaml").write_text(SPEC)
     out = root / "study"
+    new_store(out)
     result = _invoke("run", root / "spec.yaml", "--out", out, "--quiet")
     assert result.exit_code == 0, result.output
     uri = f"sqlite:///{out / 'mlflow.db'}"
@@ -161,7 +162,9 @@ def test_bad_train_flags_are_refused_within_a_second(tmp_path, args, needle):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_plain_train_is_tracked_in_its_own_experiment_and_ids_are_not_sampled(tmp_path):
+def test_a_plain_train_is_tracked_in_its_own_experiment_and_ids_are_not_sampled(tmp_path,
+                                                                                new_store):
+    new_store(tmp_path)
     markov = "synthetic:markov?order=1&vocab=12&seed=2&tokens=20000"
     out = _last_json(_invoke("train", "--data", markov, "--set", "seq_len=16",
                              "--set", "d_model=16", "--set", "n_heads=2", "--set", "n_layers=1",
@@ -176,7 +179,8 @@ def test_a_plain_train_is_tracked_in_its_own_experiment_and_ids_are_not_sampled(
     assert "tokens are ids, not bytes" in " ".join(result.stderr.split())
 
 
-def test_an_encoder_decoder_model_is_trained_saved_and_not_sampled_as_text(tmp_path):
+def test_an_encoder_decoder_model_is_trained_saved_and_not_sampled_as_text(tmp_path, new_store):
+    new_store(tmp_path)
     # Byte-level windows: the first 8 bytes the source, the next 8 the target.
     out = _last_json(_invoke("train", "--data", DATA, "--set", "arch=encoder_decoder",
                              "--set", "seq_len=16", "--set", "src_len=8", "--set", "d_model=16",

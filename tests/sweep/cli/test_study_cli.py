@@ -86,8 +86,10 @@ def test_bad_input_is_refused_before_torch_mlflow_or_optuna_is_imported(tmp_path
     assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
 
 
-def test_the_probe_sees_heavy_imports_of_a_good_spec(tmp_path):
+@pytest.mark.slow  # a whole `sweep run` in a process of its own: 6.5 s
+def test_the_probe_sees_heavy_imports_of_a_good_spec(tmp_path, new_store):
     """Not vacuous: a spec that passes the checks loads torch, MLflow and Optuna (to train)."""
+    new_store(tmp_path / "out")
     args = ["run", str(write_spec(tmp_path, spec_dict())), "--out", str(tmp_path / "out"),
             "--quiet"]
     proc = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True,

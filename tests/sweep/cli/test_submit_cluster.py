@@ -15,7 +15,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import pytest
 import requests
 import yaml
 from mlflow import MlflowClient
+from testsupport import free_port
 
 ray = pytest.importorskip("ray")
 
@@ -35,12 +35,6 @@ ROOT = Path(__file__).resolve().parents[3]
 N_TRIALS = 3
 TOKENS = 196608  # a trial's budget: long enough that `sweep stop` lands mid-trial under load
 FINISHED = ("COMPLETE", "PRUNED", "FAILED", "INFEASIBLE", "DIVERGED")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

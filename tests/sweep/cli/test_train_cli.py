@@ -15,7 +15,8 @@ def _run(args):
     return CliRunner().invoke(app, ["train", *args])
 
 
-def test_json_result_and_vocab_follows_corpus(tmp_path):
+def test_json_result_and_vocab_follows_corpus(tmp_path, new_store):
+    new_store(tmp_path)
     res = _run(["--data", MARKOV, "--budget-tokens", "8e3", "--out", str(tmp_path), "--json",
                 *SMALL, "--set", "train.eval_every=2048"])
     assert res.exit_code == 0, res.output
@@ -32,7 +33,8 @@ def test_json_result_and_vocab_follows_corpus(tmp_path):
     assert (tmp_path / "data" / "corpora").is_dir()
 
 
-def test_text_output_lists_evaluations(tmp_path):
+def test_text_output_lists_evaluations(tmp_path, new_store):
+    new_store(tmp_path)
     res = _run(["--data", MARKOV, "--set", "train.steps=8", "--set", "train.eval_every=1024",
                 "--out", str(tmp_path), *SMALL])
     assert res.exit_code == 0, res.output
@@ -65,7 +67,8 @@ def test_bad_input_exits_2_with_one_message(tmp_path, args, needle):
         assert not out.exists()  # config errors are caught before anything is written
 
 
-def test_diverging_trial_exits_1(tmp_path):
+def test_diverging_trial_exits_1(tmp_path, new_store):
+    new_store(tmp_path)
     res = _run(["--data", MARKOV, "--out", str(tmp_path), *SMALL, "--set", "train.lr=1e20",
                 "--set", "train.warmup=0", "--set", "train.steps=50", "--json"])
     assert res.exit_code == 1

@@ -31,13 +31,14 @@ def trials_of(out):
     return [t.state.name for t in study.get_trials()], len(runs)
 
 
-def test_worker_refuses_changed_choices_as_run_does(tmp_path, monkeypatch):
+def test_worker_refuses_changed_choices_as_run_does(tmp_path, monkeypatch, new_store):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     old, new = tmp_path / "old.yaml", tmp_path / "new.yaml"
     old.write_text(yaml.safe_dump(spec_dict([4, 8])))
     new.write_text(yaml.safe_dump(spec_dict([4, 8, 16])))
     out = tmp_path / "out"
+    new_store(out)
     runner = CliRunner()
     started = runner.invoke(app, ["run", str(old), "--out", str(out), "--quiet"])
     assert started.exit_code == 0, started.output

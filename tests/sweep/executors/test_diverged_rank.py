@@ -21,7 +21,7 @@ GOOD_LR, BAD_LR = 3e-2, 1e-6
 NAN_STEP = 50  # of 64; the good trial has evaluated 6 times by then
 
 
-def test_a_diverged_run_never_comes_first_by_any_loss(tmp_path, monkeypatch):
+def test_a_diverged_run_never_comes_first_by_any_loss(tmp_path, monkeypatch, new_store):
     real = trial_path.Trainer
 
     class DivergesLate(real):
@@ -50,6 +50,7 @@ def test_a_diverged_run_never_comes_first_by_any_loss(tmp_path, monkeypatch):
                   "eval_every": 1024, "eval_tokens": 1024},
         "search": {"executor": "optuna", "sampler": "grid", "pruner": "none", "n_trials": 2},
     })
+    new_store(tmp_path)
     summary = run_study(spec, out_dir=tmp_path, quiet=True)
     client = MlflowClient(summary.tracking_uri)
     parent = client.get_run(summary.parent_run_id)

@@ -9,25 +9,19 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 
 import optuna
 import pytest
 import yaml
+from testsupport import free_port
 from typer.testing import CliRunner
 
 from sweep.cli import app
 from sweep.results import load_results
 
 pytest.importorskip("psycopg2")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pg_bin(name):
@@ -80,8 +74,10 @@ def spec_file(tmp_path, storage, name="pg-study", n_trials=4):
 
 @pytest.mark.server
 @pytest.mark.slow
-def test_parallel_workers_and_a_joining_worker_share_a_postgres_study(postgres, tmp_path):
+def test_parallel_workers_and_a_joining_worker_share_a_postgres_study(postgres, tmp_path,
+                                                                    new_store):
     path, out = spec_file(tmp_path, postgres), tmp_path / "out"
+    new_store(out)
     runner = CliRunner()
     result = runner.invoke(app, ["run", str(path), "--out", str(out), "--quiet"])
     assert result.exit_code == 0, result.output
@@ -127,10 +123,11 @@ def test_an_unknown_database_exits_2(postgres, tmp_path):
 
 @pytest.mark.server
 @pytest.mark.slow
-def test_plain_postgresql_urls_use_the_installed_driver(postgres, tmp_path):
+def test_plain_postgresql_urls_use_the_installed_driver(postgres, tmp_path, new_store):
     pytest.importorskip("psycopg")
     url = postgres.replace("postgresql+psycopg2://", "postgresql://")
     out = tmp_path / "out"
+    new_store(out)
     result = CliRunner().invoke(app, ["run", str(spec_file(tmp_path, url, "pg-plain", 2)),
                                       "--out", str(out), "--quiet"])
     assert result.exit_code == 0, result.output
@@ -138,11 +135,12 @@ def test_plain_postgresql_urls_use_the_installed_driver(postgres, tmp_path):
 
 
 @pytest.mark.server
-def test_the_stored_spec_keeps_no_storage_password(postgres, tmp_path):
+def test_the_stored_spec_keeps_no_storage_password(postgres, tmp_path, new_store):
     from mlflow import MlflowClient
 
     with_password = postgres.replace("sweep@", "sweep:Hunter2@")  # trust auth ignores it
     path, out = spec_file(tmp_path, with_password, "pg-secret", 1), tmp_path / "out"
+    new_store(out)
     result = CliRunner().invoke(app, ["run", str(path), "--out", str(out), "--quiet"])
     assert result.exit_code == 0, result.output
     frame = load_results(out)
@@ -154,11 +152,12 @@ def test_the_stored_spec_keeps_no_storage_password(postgres, tmp_path):
 
 
 @pytest.mark.server
-def test_worker_refuses_a_storage_without_the_study(postgres, tmp_path):
+def test_worker_refuses_a_storage_without_the_study(postgres, tmp_path, new_store):
     # The MLflow store has the study, the database does not (another --out, another storage):
     # joining must not start a second study whose trial numbers collide.
     path = spec_file(tmp_path, postgres, "pg-elsewhere", 1)
     out = tmp_path / "out"
+    new_store(out)
     assert CliRunner().invoke(app, ["run", str(path), "--out", str(out)]).exit_code == 0
     other = postgres.rsplit("/", 1)[0] + "/postgres"
     moved = spec_file(tmp_path, other, "pg-elsewhere", 1)

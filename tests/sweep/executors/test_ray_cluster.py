@@ -18,6 +18,7 @@ import time
 
 import pytest
 import yaml
+from testsupport import free_port
 from typer.testing import CliRunner
 
 from sweep.cli import app
@@ -27,12 +28,6 @@ ray = pytest.importorskip("ray")
 
 # Only the tests that start a head node (`head_node`) are marked ``ray`` and ``slow``; the
 # others check addresses before Ray starts, in well under a second each.
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spec_file(tmp_path, executor="ray"):
@@ -108,7 +103,8 @@ def run_on_head(head_node, tmp_path, **env):
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_study_runs_on_the_cluster_at_address(head_node, tmp_path):
+def test_study_runs_on_the_cluster_at_address(head_node, tmp_path, new_store):
+    new_store(tmp_path / "out")
     result, out = run_on_head(head_node, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     frame = load_results(out)
@@ -234,8 +230,11 @@ def not_ray():
     silent.close()
 
 
-@pytest.mark.parametrize("kind, rule", [("http", "is not a Ray cluster"),
-                                        ("silent", "no Ray cluster answers")])
+@pytest.mark.parametrize("kind, rule", [
+    ("http", "is not a Ray cluster"),
+    # the check waits out its 5-s timeout on a listener that never answers
+    pytest.param("silent", "no Ray cluster answers", marks=pytest.mark.slow),
+])
 def test_address_of_a_server_that_is_not_ray_exits_2(tmp_path, not_ray, kind, rule):
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["run", str(spec_file(tmp_path)), "--out", str(out),

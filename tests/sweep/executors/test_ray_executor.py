@@ -94,9 +94,10 @@ def ray_records(out: Path) -> dict[int, dict]:
 
 # ---------------------------------------------------------------------------- end to end
 @pytest.fixture(scope="module")
-def plain_study(tmp_path_factory):
+def plain_study(tmp_path_factory, new_store):
     out = tmp_path_factory.mktemp("ray-plain")
     spec = make_spec("ray-plain")
+    new_store(out)
     return spec, out, run_study(spec, out_dir=out, quiet=True)
 
 
@@ -143,7 +144,7 @@ def test_draws_match_the_sampler_ray_uses(plain_study):
 
 
 # --------------------------------------------------------------------------------- ASHA
-def test_asha_stops_trials_that_learn_nothing_early(tmp_path):
+def test_asha_stops_trials_that_learn_nothing_early(tmp_path, new_store):
     # Sequential trials: the first learns; the next ones, at a learning rate that leaves the
     # model at its initial loss, meet the first rung after the first trial set it.
     def build(seed):
@@ -152,6 +153,7 @@ def test_asha_stops_trials_that_learn_nothing_early(tmp_path):
 
     spec, draws = seed_where(build, 3, lambda d: [p["train.lr"] for p in d]
                              == [GOOD_LR, BAD_LR, BAD_LR])
+    new_store(tmp_path)
     summary = run_study(spec, out_dir=tmp_path, quiet=True)
     client, parent, runs = child_runs(summary)
     frame = load_results(tmp_path).set_index("trial")
@@ -183,7 +185,7 @@ def test_asha_stops_trials_that_learn_nothing_early(tmp_path):
 
 # ------------------------------------------------------------ infeasible and failing trials
 @pytest.fixture(scope="module")
-def mixed_study(tmp_path_factory):
+def mixed_study(tmp_path_factory, new_store):
     """Wide models break ``max_params``; vocab 8 < the corpus's 16 makes the trainer raise."""
     small = param_count(ModelConfig(vocab_size=16, seq_len=32, d_model=16, n_heads=2,
                                     n_layers=1))
@@ -205,6 +207,7 @@ def mixed_study(tmp_path_factory):
     spec, draws = seed_where(build, 4, lambda d: {kind(p) for p in d} == {
         "INFEASIBLE", "FAILED", "COMPLETE"} and kind(d[0]) == "FAILED")
     out = tmp_path_factory.mktemp("ray-mixed")
+    new_store(out)
     summary = run_study(spec, out_dir=out, quiet=True)
     return out, summary, [kind(p) for p in draws]
 
@@ -247,7 +250,7 @@ def test_a_trial_that_raises_ends_failed_and_the_study_continues(mixed_study):
 
 
 # ---------------------------------------------------------------------------------- PBT
-def test_pbt_exploits_the_better_member_and_mutates_its_lr(tmp_path):
+def test_pbt_exploits_the_better_member_and_mutates_its_lr(tmp_path, new_store):
     # Synchronous PBT: both members stop at 4096 tokens and the worse one then exploits the
     # better one, whatever the scheduling. (Asynchronous PBT compares a member only with
     # members alive at that moment; on a loaded 2-core machine one member may finish its
@@ -265,6 +268,7 @@ def test_pbt_exploits_the_better_member_and_mutates_its_lr(tmp_path):
 
     spec, draws = seed_where(build, 2, lambda d: max(p["train.lr"] for p in d) > 1e-2
                              and min(p["train.lr"] for p in d) < 1e-5)
+    new_store(tmp_path)
     summary = run_study(spec, out_dir=tmp_path, quiet=True)
     client, parent, runs = child_runs(summary)
     assert sorted(runs) == [0, 1]
@@ -352,7 +356,8 @@ def test_pbt_resamples_integers_with_both_bounds(domain, expected):
     assert drawn == expected
 
 
-def test_pbt_keeps_few_checkpoints_and_exploits_read_the_donors(tmp_path, monkeypatch):
+def test_pbt_keeps_few_checkpoints_and_exploits_read_the_donors(tmp_path, monkeypatch,
+                                                                new_store):
     # One checkpoint kept per member, one every 1024 tokens, perturbations every 2048: a donor
     # reports newer checkpoints (and Ray deletes the one PBT picked) while the member that
     # exploits it waits for a slot among 4 members on 2 CPUs (synchronous PBT, so exploits
@@ -380,7 +385,7 @@ def test_pbt_keeps_few_checkpoints_and_exploits_read_the_donors(tmp_path, monkey
 
     def build(seed):
         return make_spec(
-            "ray-pbt-keep", train={"lr": {"float": [1e-6, 3e-2], "log": True}, "tokens": 8192,
+            "ray-pbt-keep", train={"lr": {"float": [1e-6, 3e-2], "log": True}, "tokens": 6144,
                                    "schedule": "constant", "warmup": 0.0, "eval_every": 1024},
             search={"scheduler": "pbt", "n_trials": 4, "seed": seed,
                     "pbt": {"perturbation_interval": 2048, "checkpoint_interval": 1024,
@@ -391,6 +396,7 @@ def test_pbt_keeps_few_checkpoints_and_exploits_read_the_donors(tmp_path, monkey
 
     spec, draws = seed_where(build, 4, lambda d: max(p["train.lr"] for p in d) > 1e-2
                              and min(p["train.lr"] for p in d) < 1e-5)
+    new_store(tmp_path)
     summary = run_study(spec, out_dir=tmp_path, quiet=True)
     client, parent, runs = child_runs(summary)
     assert sorted(runs) == [0, 1, 2, 3]
@@ -413,7 +419,7 @@ def test_pbt_keeps_few_checkpoints_and_exploits_read_the_donors(tmp_path, monkey
                 runs[int(donor)].info.run_id, "val_loss")}
             assert step in donor_steps
     # Checkpoints on disk stayed bounded: one kept per member (plus the one being reported),
-    # at most one pinned copy per member, though each member wrote 8.
+    # at most one pinned copy per member, though each member wrote 6.
     assert len(seen) > 4 * 2
     assert max(n for n, _ in on_disk) <= 2 and max(p for _, p in on_disk) <= 4
     assert not list((tmp_path / "ray").glob("*/pbt-pinned"))  # removed at the end

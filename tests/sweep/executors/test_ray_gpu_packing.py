@@ -75,7 +75,7 @@ def most_at_once(runs):
     return best, best_set
 
 
-def test_half_a_gpu_per_trial_runs_four_trials_on_two_gpus(tmp_path, two_gpu_ray):
+def test_half_a_gpu_per_trial_runs_four_trials_on_two_gpus(tmp_path, two_gpu_ray, new_store):
     assert no_cuda_driver()  # the premise of this test: Ray's GPUs are declared, not real
     small, large = memory_estimate(SMALL), memory_estimate(LARGE)
     # The large shape fits a whole GPU of this size but not half of one; the small one does.
@@ -89,6 +89,7 @@ def test_half_a_gpu_per_trial_runs_four_trials_on_two_gpus(tmp_path, two_gpu_ray
     else:
         raise AssertionError("no seed draws four small shapes, then a large one")
     spec = make_spec(seed, gpu_memory_gb)
+    new_store(tmp_path)
     summary = run_study(spec, out_dir=tmp_path, quiet=True, ray_address=two_gpu_ray)
     assert {k: n for k, n in summary.counts.items() if n} == {"COMPLETE": 4, "INFEASIBLE": 1}
 

@@ -184,8 +184,9 @@ def check_resumed(out, parent, before, log):
     assert f"interrupted trial(s) {', '.join(map(str, want))} again" in line
 
 
-def test_a_killed_ray_study_resumes_without_training_a_finished_config_again(tmp_path):
+def test_a_killed_ray_study_resumes_without_training_a_finished_config_again(tmp_path, new_store):
     spec, out = spec_file(tmp_path), tmp_path / "out"
+    new_store(out)
     with open(tmp_path / "first.log", "wb") as log:
         proc = driver(spec, out, log)
         try:
@@ -206,8 +207,9 @@ def test_a_killed_ray_study_resumes_without_training_a_finished_config_again(tmp
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_an_interrupted_ray_study_stops_cleanly_and_resumes(tmp_path, sig, code):
+def test_an_interrupted_ray_study_stops_cleanly_and_resumes(tmp_path, sig, code, new_store):
     spec, out = spec_file(tmp_path), tmp_path / "out"
+    new_store(out)
     with open(tmp_path / "first.out", "wb") as log, open(tmp_path / "first.err", "wb") as err:
         proc = driver(spec, out, log, err, "--quiet")
         try:

@@ -97,12 +97,13 @@ def ray_searcher_study(out):
     return searcher._ot_study
 
 
-def test_both_executors_tell_their_sampler_the_same_states(tmp_path):
+def test_both_executors_tell_their_sampler_the_same_states(tmp_path, new_store):
     seed, draws = faulty_seed()
     expected = {key(p): kind(p) for p in draws}
     studies, states = {}, {}
     for executor in ("optuna", "ray"):
         out = tmp_path / executor
+        new_store(out)
         summary = run_study(faulty_spec(executor, seed), out_dir=out, quiet=True)
         states[executor] = mlflow_states(summary)
         assert {k: s for k, (s, _) in states[executor].items()} == expected, executor
@@ -155,7 +156,7 @@ def test_study_search_tells_each_state_without_training():
     assert study.best_value == 2.0
 
 
-def test_a_trial_that_raises_outside_its_run_records_the_exception(tmp_path):
+def test_a_trial_that_raises_outside_its_run_records_the_exception(tmp_path, new_store):
     """A trainable that raises before it opens its run, and one whose worker dies."""
     import os
     import signal
@@ -164,10 +165,10 @@ def test_a_trial_that_raises_outside_its_run_records_the_exception(tmp_path):
 
     from sweep.executors.ray.callback import StudyCallback
     from sweep.study.trial import StudyContext
-    from sweep.tracking import StudyTracker, default_tracking_uri
+    from sweep.tracking import StudyTracker
 
     spec = faulty_spec("ray", 0)
-    tracker = StudyTracker.start(default_tracking_uri(tmp_path), spec.name, spec.to_data(),
+    tracker = StudyTracker.start(new_store(tmp_path), spec.name, spec.to_data(),
                                  executor="ray", algorithm="random+asha")
     ctx = StudyContext(spec, tmp_path, tracker.context)
 

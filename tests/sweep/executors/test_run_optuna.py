@@ -55,8 +55,9 @@ def child_runs(uri, parent_run_id):
 
 
 @pytest.fixture(scope="module")
-def finished_study(tmp_path_factory):
+def finished_study(tmp_path_factory, new_store):
     out = tmp_path_factory.mktemp("study")
+    new_store(out)
     spec = parse_spec(spec_dict(search={"n_trials": 4}))
     return spec, out, run_study(spec, out_dir=out, quiet=True)
 
@@ -114,13 +115,14 @@ def test_resume_with_changed_choices_is_refused_naming_both_lists(finished_study
     assert len(load_results(out)) == 4
 
 
-def test_pruner_stops_bad_trials_early(tmp_path):
+def test_pruner_stops_bad_trials_early(tmp_path, new_store):
     data = spec_dict(
         "pruned",
         train={"lr": {"choice": [3e-2, 1e-6]}, "tokens": 16384, "eval_every": 1024},
         search={"sampler": "grid", "pruner": "median", "n_trials": 6},
     )
     spec = parse_spec(data)
+    new_store(tmp_path)
     summary = run_study(spec, out_dir=tmp_path, quiet=True)
     frame = load_results(tmp_path)
     pruned = frame[frame["state"] == "PRUNED"]
@@ -129,10 +131,11 @@ def test_pruner_stops_bad_trials_early(tmp_path):
     assert set(pruned["train.lr"].astype(float)) == {1e-6}
 
 
-def test_infeasible_constraint_costs_no_training(tmp_path):
+def test_infeasible_constraint_costs_no_training(tmp_path, new_store):
     # d_model 16 has about 4k parameters, d_model 32 about 14k: the limit rules out the latter.
     data = spec_dict("infeasible", constraints={"max_params": 8000},
                      train={"lr": 1e-2}, search={"n_trials": 2, "sampler": "grid"})
+    new_store(tmp_path / "out")
     result = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, data)), "--out",
                                       str(tmp_path / "out"), "--quiet"])
     assert result.exit_code == 0, result.output
@@ -159,13 +162,14 @@ def test_study_that_can_never_train_exits_2_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
-def test_no_completed_trial_exits_1_with_a_summary(tmp_path, monkeypatch):
+def test_no_completed_trial_exits_1_with_a_summary(tmp_path, monkeypatch, new_store):
     class Broken(objective.Trainer):
         def train(self, *args, **kwargs):
             raise RuntimeError("out of luck")
 
     monkeypatch.setattr(objective, "Trainer", Broken)
     data = spec_dict("unlucky", search={"n_trials": 2})
+    new_store(tmp_path / "out")
     result = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, data)), "--out",
                                       str(tmp_path / "out"), "--quiet"])
     assert result.exit_code == 1
@@ -213,7 +217,8 @@ def test_corpus_that_does_not_fit_the_models_exits_2_and_writes_nothing(tmp_path
     assert not out.exists()
 
 
-def test_trial_that_raises_ends_failed_and_the_next_trial_gets_a_fresh_run(tmp_path, monkeypatch):
+def test_trial_that_raises_ends_failed_and_the_next_trial_gets_a_fresh_run(tmp_path, monkeypatch,
+                                                                           new_store):
     real = objective.Trainer
     calls = []
 
@@ -225,6 +230,7 @@ def test_trial_that_raises_ends_failed_and_the_next_trial_gets_a_fresh_run(tmp_p
             return super().train(*args, **kwargs)
 
     monkeypatch.setattr(objective, "Trainer", Flaky)
+    new_store(tmp_path)
     summary = run_study(parse_spec(spec_dict("flaky", search={"n_trials": 2})),
                         out_dir=tmp_path, quiet=True)
     frame = load_results(tmp_path).sort_values("trial")
@@ -235,7 +241,7 @@ def test_trial_that_raises_ends_failed_and_the_next_trial_gets_a_fresh_run(tmp_p
     assert len({r.info.run_id for r in runs}) == 2
 
 
-def test_diverged_trial_never_ranks_best(tmp_path):
+def test_diverged_trial_never_ranks_best(tmp_path, new_store):
     data = spec_dict(
         "diverge",
         train={"lr": {"choice": [10.0, 1e-2]}, "weight_decay": 1.0, "warmup": 0,
@@ -243,6 +249,7 @@ def test_diverged_trial_never_ranks_best(tmp_path):
         search={"sampler": "grid", "n_trials": 4},
         model={"d_model": 32},
     )
+    new_store(tmp_path)
     summary = run_study(parse_spec(data), out_dir=tmp_path, quiet=True)
     frame = load_results(tmp_path)
     # The grid has two points: lr=10 diverges, lr=0.01 completes.
@@ -284,8 +291,9 @@ def test_bad_data_exits_2_and_writes_no_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_parallel_worker_processes_share_the_study(tmp_path):
+def test_parallel_worker_processes_share_the_study(tmp_path, new_store):
     data = spec_dict("parallel", search={"n_trials": 4, "parallel": 2})
+    new_store(tmp_path / "out")
     result = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, data)), "--out",
                                       str(tmp_path / "out"), "--json"])
     assert result.exit_code == 0, result.output
@@ -294,19 +302,21 @@ def test_parallel_worker_processes_share_the_study(tmp_path):
     assert (frame["state"] == "COMPLETE").all()
 
 
-def test_multi_objective_study_logs_a_pareto_front(tmp_path):
+def test_multi_objective_study_logs_a_pareto_front(tmp_path, new_store):
     data = spec_dict("pareto-tiny", search={"sampler": "nsga2", "n_trials": 4,
                                             "objectives": ["val_loss", "flops_per_token"]},
                      model={"n_layers": {"int": [1, 2]}})
+    new_store(tmp_path)
     summary = run_study(parse_spec(data), out_dir=tmp_path, quiet=True)
     client = MlflowClient(summary.tracking_uri)
     plots = {a.path for a in client.list_artifacts(summary.parent_run_id, "plots")}
     assert any("pareto" in p for p in plots), plots
 
 
-def test_worker_joins_the_study_through_its_storage(tmp_path):
+def test_worker_joins_the_study_through_its_storage(tmp_path, new_store):
     path = write_spec(tmp_path, spec_dict("joined", search={"n_trials": 2}))
     out = tmp_path / "out"
+    new_store(out)
     runner = CliRunner()
     assert runner.invoke(app, ["run", str(path), "--out", str(out), "--quiet"]).exit_code == 0
     result = runner.invoke(app, ["worker", str(path), "--out", str(out), "--trials", "1"])

@@ -40,8 +40,9 @@ SPEC = {
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(tmp_path_factory, new_store):
     out = tmp_path_factory.mktemp("browser") / "browser-study"
+    new_store(out)
     summary = run_study(parse_spec(SPEC), out_dir=out, quiet=True)
     trials = read_trials(summary.tracking_uri, *_ids(summary))
     return {"out": out, "summary": summary, "trials": {t["trial"]: t for t in trials}}

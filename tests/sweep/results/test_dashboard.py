@@ -10,6 +10,7 @@ import urllib.request
 
 import optuna
 import pytest
+from testsupport import free_port
 from typer.testing import CliRunner
 
 from sweep.cli import app
@@ -29,8 +30,9 @@ def optuna_study(storage, name="dash", n_trials=3):
     return study
 
 
-def study_folder(out, search, name="dash"):
+def study_folder(new_store, out, search, name="dash"):
     """A study folder as `sweep run` leaves it: mlflow.db holding the spec, maybe a journal."""
+    new_store(out)
     tracker = StudyTracker.start(default_tracking_uri(out), name,
                                  {"name": name, "search": search},
                                  executor=search["executor"], algorithm="random")
@@ -39,8 +41,8 @@ def study_folder(out, search, name="dash"):
 
 
 @pytest.fixture
-def journal_study(tmp_path):
-    out = study_folder(tmp_path / "dash", {"executor": "optuna"})
+def journal_study(tmp_path, new_store):
+    out = study_folder(new_store, tmp_path / "dash", {"executor": "optuna"})
     optuna_study(str(out / "optuna.journal"))
     return out
 
@@ -79,10 +81,10 @@ def test_a_folder_without_mlflow_store_uses_its_journal(tmp_path):
     assert found.url == str(tmp_path / "optuna.journal") and found.study is None
 
 
-def test_an_rdb_storage_named_by_the_spec_is_opened_read_only(tmp_path):
+def test_an_rdb_storage_named_by_the_spec_is_opened_read_only(tmp_path, new_store):
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     optuna_study(url)
-    out = study_folder(tmp_path / "rdb", {"executor": "optuna", "storage": url})
+    out = study_folder(new_store, tmp_path / "rdb", {"executor": "optuna", "storage": url})
     found = locate_storage(out)
     assert found.url == url
     storage = open_storage(url)
@@ -93,13 +95,14 @@ def test_an_rdb_storage_named_by_the_spec_is_opened_read_only(tmp_path):
     assert len(optuna.load_study(study_name="dash", storage=url).trials) == 3
 
 
-def test_bad_study_dirs_exit_2_with_one_message(tmp_path):
+def test_bad_study_dirs_exit_2_with_one_message(tmp_path, new_store):
     cases = {
         "nosuch": (tmp_path / "nosuch", "STUDY_DIR", "no such folder"),
         "empty": (tmp_path, "STUDY_DIR", "optuna.journal does not exist"),
-        "ray": (study_folder(tmp_path / "ray", {"executor": "ray"}), "STUDY_DIR", "Ray"),
-        "masked": (study_folder(tmp_path / "pg", {"executor": "optuna",
-                                                  "storage": "postgresql://u:***@h/db"}),
+        "ray": (study_folder(new_store, tmp_path / "ray", {"executor": "ray"}), "STUDY_DIR",
+                "Ray"),
+        "masked": (study_folder(new_store, tmp_path / "pg",
+                                {"executor": "optuna", "storage": "postgresql://u:***@h/db"}),
                    "STUDY_DIR", "--storage"),
     }
     for case, (folder, names, rule) in cases.items():
@@ -115,12 +118,6 @@ def test_bad_study_dirs_exit_2_with_one_message(tmp_path):
     assert result.exit_code == 2 and "--storage" in result.output
     with pytest.raises(DashboardError, match="no such folder"):
         locate_storage(not_a_journal)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(url, method="GET", body=None):

@@ -12,6 +12,7 @@ import urllib.request
 
 import pandas as pd
 import pytest
+from testsupport import free_port
 from typer.testing import CliRunner
 
 from sweep.cli import app
@@ -53,8 +54,9 @@ def log_study(out, name):
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(tmp_path_factory, new_store):
     root = tmp_path_factory.mktemp("results")
+    new_store(root / "runs" / "demo")
     tracker = log_study(root / "runs" / "demo", "demo")
     return {"root": root, "out": root / "runs" / "demo", "tracker": tracker}
 
@@ -96,7 +98,8 @@ def test_unknown_study_names_it(store, monkeypatch):
         load_results("other", tracking_uri=default_tracking_uri(store["out"]))
 
 
-def test_store_with_two_studies_needs_the_name(tmp_path):
+def test_store_with_two_studies_needs_the_name(tmp_path, new_store):
+    new_store(tmp_path)
     log_study(tmp_path, "a")
     StudyTracker.start(default_tracking_uri(tmp_path), "b", SPEC, executor="ray", algorithm="x")
     with pytest.raises(StudyNotFoundError, match=r"\['a', 'b'\]|\['b', 'a'\]"):
@@ -155,12 +158,6 @@ def test_cli_results_unknown_study_exits_2(store, monkeypatch):
     result = runner.invoke(app, ["results", "missing-study"])
     assert result.exit_code == 2
     assert "missing-study" in result.output
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fetch_json(url, body=None):
@@ -260,9 +257,10 @@ BASELINE = 2.5  # nats/token, as a study's driver logs it from its corpus
 
 
 @pytest.fixture(scope="module")
-def byte_store(tmp_path_factory):
+def byte_store(tmp_path_factory, new_store):
     """A study on a byte-level corpus: the parent logged the baseline, trials ``val_bpb``."""
     out = tmp_path_factory.mktemp("bytes") / "runs" / "bytes"
+    new_store(out)
     tracker = StudyTracker.start(default_tracking_uri(out), "bytes", SPEC, executor="optuna",
                                  algorithm="random")
     tracker.log_baseline(BASELINE)

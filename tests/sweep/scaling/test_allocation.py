@@ -1,7 +1,6 @@
-import math
-
 import numpy as np
 import pytest
+from testsupport import CHINCHILLA, law, same_3_digits
 
 from sweep.scaling import FitError
 from sweep.scaling.allocation import CONVENTION_6ND, CONVENTION_COST_MODEL, optimal_allocation
@@ -10,17 +9,8 @@ from sweep.scaling.isoflop import fit_isoflop
 from sweep.scaling.parametric import ParametricFit, compute_optimal, fit_parametric
 from sweep.scaling.vpnls import fit_vpnls
 
-CHINCHILLA = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 N8, D8 = (a.ravel() for a in np.meshgrid(np.geomspace(7e7, 1.6e10, 8),
                                          np.geomspace(5e9, 5e11, 8)))
-
-
-def law(n, d, p=CHINCHILLA):
-    return p["E"] + p["A"] / n ** p["alpha"] + p["B"] / d ** p["beta"]
-
-
-def same_3_digits(value, truth):
-    return abs(value - truth) <= 0.5 * 10 ** (math.floor(math.log10(abs(truth))) - 2)
 
 
 def published(**fields):

@@ -2,17 +2,12 @@ import math
 
 import numpy as np
 import pytest
+from testsupport import CHINCHILLA, law
 
 from sweep.scaling import FitError
 from sweep.scaling.envelope import EnvelopeFit, fit_envelope
 
-CHINCHILLA = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 TRUE_A = CHINCHILLA["beta"] / (CHINCHILLA["alpha"] + CHINCHILLA["beta"])  # 0.451613
-
-
-def law(n, d):
-    p = CHINCHILLA
-    return p["E"] + p["A"] / n ** p["alpha"] + p["B"] / d ** p["beta"]
 
 
 def curves(sizes, flops=np.geomspace(1e17, 1e23, 121)):

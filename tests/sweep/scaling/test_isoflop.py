@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
+from testsupport import same_3_digits
 
 from sweep.scaling import FitError
 from sweep.scaling.isoflop import fit_isoflop
@@ -89,11 +90,6 @@ def test_too_few_usable_curves_or_sizes_are_refused():
         fit_isoflop(*grid(budgets=(1e19,)))
     with pytest.raises(FitError, match="resample"):
         fit_isoflop(*grid(), n_bootstrap=2, resample="budgets")
-
-
-def same_3_digits(value, truth):
-    """Agree to 3 significant digits: within half a unit of the third digit of the truth."""
-    return abs(value - truth) <= 0.5 * 10 ** (math.floor(math.log10(abs(truth))) - 2)
 
 
 def law_of(p):

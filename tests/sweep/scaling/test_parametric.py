@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
+from testsupport import CHINCHILLA, law, same_3_digits
 
 from sweep.scaling import FitError
 from sweep.scaling.bootstrap import bootstrap_counts
@@ -12,7 +13,6 @@ from sweep.scaling.lbfgs import minimize_lbfgs_batched
 from sweep.scaling.parametric import HOFFMANN_GRID, compute_optimal, fit_parametric
 
 # Hoffmann et al. 2022, eq. 10 (approach 3 fit on MassiveText).
-CHINCHILLA = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 N, D = np.meshgrid(np.geomspace(1e7, 1e10, 6), np.geomspace(1e9, 1e12, 6))
 N, D = N.ravel(), D.ravel()
 # The grid of /work/shared/reference/cost_vectors.md, "Scaling laws": 8 x 8, N 7e7..1.6e10,
@@ -21,15 +21,6 @@ N8, D8 = (a.ravel() for a in np.meshgrid(np.geomspace(7e7, 1.6e10, 8),
                                          np.geomspace(5e9, 5e11, 8)))
 SMALL_GRID = {"alpha": (0.0, 1.0), "beta": (0.0, 1.0), "e": (-1.0, 1.0), "a": (0.0, 10.0, 20.0),
               "b": (0.0, 10.0, 20.0)}  # 72 starts, for the comparison with scipy
-
-
-def law(n, d, p=CHINCHILLA):
-    return p["E"] + p["A"] / n ** p["alpha"] + p["B"] / d ** p["beta"]
-
-
-def same_3_digits(value, truth):
-    """Agree to 3 significant digits: within half a unit of the third digit of the truth."""
-    return abs(value - truth) <= 0.5 * 10 ** (math.floor(math.log10(abs(truth))) - 2)
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +127,7 @@ def test_batched_full_grid_matches_scipy_full_grid():
         assert ours.params[name] == pytest.approx(ref.params[name], rel=1e-4), name
 
 
+@pytest.mark.slow  # 3 full-grid fits besides the bootstrap: 3 s
 def test_bootstrap_refits_from_the_optimum_reach_the_full_grid_refit():
     rng = np.random.default_rng(4)
     y = law(N8, D8) * np.exp(rng.normal(0, 0.01, N8.size))

@@ -37,6 +37,7 @@ def test_standard_errors_match_the_spread_of_refits_on_fresh_noise():
     assert np.mean(alphas) == pytest.approx(TRUE["alpha"], abs=3 * spread / math.sqrt(200) + 0.01)
 
 
+@pytest.mark.slow  # 40 fits of 200 bootstrap refits each: 8 s
 def test_bootstrap_intervals_cover_the_truth_at_about_their_level():
     rng = np.random.default_rng(2)
     covered = 0

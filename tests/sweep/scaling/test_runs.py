@@ -22,7 +22,7 @@ from sweep.scaling.runs import (
     load_study,
     read_csv_points,
 )
-from sweep.tracking import StudyTracker, default_tracking_uri
+from sweep.tracking import StudyTracker
 
 S = schema
 LAW = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
@@ -73,10 +73,10 @@ def log_trial(ctx, number, budget, n, end, *, final_loss=None, budget_metric=Tru
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(tmp_path_factory, new_store):
     """The made-up scaling study: 6 COMPLETE trials and one of every way a trial can fail."""
     out = tmp_path_factory.mktemp("scaling")
-    tracker = StudyTracker.start(default_tracking_uri(out), "law", {"name": "law"},
+    tracker = StudyTracker.start(new_store(out), "law", {"name": "law"},
                                  executor="optuna", algorithm="grid")
     ctx = tracker.context
     number = 0
@@ -133,8 +133,8 @@ def test_the_non_embedding_convention_changes_only_n_params(study):
         load_runs(study["out"], n_params="kaplan")
 
 
-def test_a_study_that_is_not_a_scaling_study_still_loads(tmp_path):
-    tracker = StudyTracker.start(default_tracking_uri(tmp_path), "plain", {"name": "plain"},
+def test_a_study_that_is_not_a_scaling_study_still_loads(tmp_path, new_store):
+    tracker = StudyTracker.start(new_store(tmp_path), "plain", {"name": "plain"},
                                  executor="optuna", algorithm="tpe")
     # no budget metrics; the first trial has a FLOP budget param, the second a token budget
     log_trial(tracker.context, 0, 1e18, 2e7, S.TrialState.COMPLETE, budget_metric=False)

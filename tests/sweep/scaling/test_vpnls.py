@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 from scipy.optimize import nnls
+from testsupport import CHINCHILLA, law, same_3_digits
 
 from sweep.scaling import FitError
 from sweep.scaling.bootstrap import bootstrap_counts
@@ -11,18 +12,8 @@ from sweep.scaling.vpnls import VPNLS_GRID, VPNLSFit, _grid_rss, fit_vpnls
 
 # Hoffmann et al. 2022, eq. 10 (rounded), and the grid of /work/shared/reference/cost_vectors.md
 # ("Scaling laws"): 8 x 8, N from 7e7 to 1.6e10, D from 5e9 to 5e11.
-CHINCHILLA = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 N8, D8 = (a.ravel() for a in np.meshgrid(np.geomspace(7e7, 1.6e10, 8),
                                          np.geomspace(5e9, 5e11, 8)))
-
-
-def law(n, d, p=CHINCHILLA):
-    return p["E"] + p["A"] / n ** p["alpha"] + p["B"] / d ** p["beta"]
-
-
-def same_3_digits(value, truth):
-    """Agree to 3 significant digits: within half a unit of the third digit of the truth."""
-    return abs(value - truth) <= 0.5 * 10 ** (math.floor(math.log10(abs(truth))) - 2)
 
 
 def test_noise_free_reference_grid_gives_the_published_law_to_3_digits():

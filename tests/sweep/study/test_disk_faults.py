@@ -93,7 +93,7 @@ def test_a_corpus_cache_that_fills_the_disk_says_the_disk_is_full(tmp_path, monk
 
 @pytest.mark.slow
 def test_a_disk_full_mid_study_interrupts_one_trial_and_the_study_goes_on(tmp_path,
-                                                                         monkeypatch):
+                                                                         monkeypatch, new_store):
     real_report = TrialRun.report
     calls = {"n": 0}
 
@@ -105,6 +105,7 @@ def test_a_disk_full_mid_study_interrupts_one_trial_and_the_study_goes_on(tmp_pa
 
     monkeypatch.setattr(TrialRun, "report", report)
     spec = tiny("disk-mid", fault_wait_s=60)
+    new_store(tmp_path / "out")
     summary = run_study(spec, out_dir=tmp_path / "out", quiet=True)
     trials = read_trials(summary.tracking_uri, *find_study(summary.tracking_uri, spec.name))
     states = sorted(str(t["state"]) for t in trials)

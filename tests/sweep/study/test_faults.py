@@ -39,6 +39,12 @@ ROOT = Path(__file__).resolve().parents[3]
 NAME = "faults"
 
 
+@pytest.fixture(autouse=True)
+def store(tmp_path, new_store):
+    """Each study's MLflow store, new (a server test's study logs to its server instead)."""
+    new_store(tmp_path / "out")
+
+
 def write_spec(tmp_path, n_trials=6, parallel=1):
     spec = {
         "name": NAME,

@@ -96,7 +96,9 @@ def test_the_kind_owns_its_section_and_rules(listed):
         make_spec("optuna")
 
 
-def test_it_runs_on_the_optuna_executor_and_resumes_without_training_again(listed, tmp_path):
+def test_it_runs_on_the_optuna_executor_and_resumes_without_training_again(listed, tmp_path,
+                                                                          new_store):
+    new_store(tmp_path)
     summary = run_study(make_spec("optuna"), out_dir=tmp_path, quiet=True)
     assert trained(summary) == [(0, "COMPLETE", 0.01), (1, "COMPLETE", 0.003)]
     again = run_study(make_spec("optuna"), out_dir=tmp_path, quiet=True)
@@ -105,10 +107,12 @@ def test_it_runs_on_the_optuna_executor_and_resumes_without_training_again(liste
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_it_runs_on_the_ray_executor_and_resumes_without_training_again(listed, tmp_path):
+def test_it_runs_on_the_ray_executor_and_resumes_without_training_again(listed, tmp_path,
+                                                                       new_store):
     import ray
     from ray import cloudpickle
 
+    new_store(tmp_path)
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
              log_to_driver=False, logging_level=logging.WARNING)
     # Ray's workers unpickle the spec, its section and its kind: ship this module's classes

@@ -50,7 +50,7 @@ def lr(number):
 
 
 @pytest.fixture
-def ctx(tmp_path):
+def ctx(tmp_path, new_store):
     spec = parse_spec({
         "name": "policy",
         "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=20000",
@@ -59,7 +59,7 @@ def ctx(tmp_path):
         "search": {"sampler": "tpe", "pruner": "none", "n_trials": 20},
         "constraints": {"max_params": 1000},
     })
-    tracker = StudyTracker.start(f"sqlite:///{tmp_path / 'mlflow.db'}", spec.name,
+    tracker = StudyTracker.start(new_store(tmp_path), spec.name,
                                  spec.to_data(), executor="optuna", algorithm="tpe+none")
     ctx = StudyContext(spec, tmp_path, tracker.context, device="cpu")
     for number, (state, retry_of, loss, priced) in HISTORY.items():

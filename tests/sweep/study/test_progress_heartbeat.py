@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from sweep.schema import TrialState
@@ -64,15 +65,17 @@ def test_pbt_changes_show_the_initial_and_current_value():
     assert "lr=0.001->0.0031" in out.getvalue()
 
 
-def test_sweep_run_in_a_log_prints_heartbeats(tmp_path):
+@pytest.mark.slow  # a `sweep run` process: its imports, a trial and the summary, 7 s
+def test_sweep_run_in_a_log_prints_heartbeats(tmp_path, new_store):
     (tmp_path / "spec.yaml").write_text("""\
 name: beats
 data: synthetic:markov?order=1&vocab=8&seed=0&tokens=20000
 model: {seq_len: 16, d_model: 16, n_heads: 2, n_layers: 1}
-train: {steps: 400, batch_size: 4, eval_tokens: 64, device: cpu,
+train: {steps: 100, batch_size: 4, eval_tokens: 64, device: cpu,
         lr: {float: [1.0e-3, 1.0e-2], log: true}}
 search: {executor: optuna, sampler: random, pruner: none, n_trials: 1}
 """)
+    new_store(tmp_path / "out")
     # In a process of its own, its output a pipe (no terminal), as under a scheduler.
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[3])
@@ -85,14 +88,13 @@ search: {executor: optuna, sampler: random, pruner: none, n_trials: 1}
     assert any("running: trial 0 (tokens" in line for line in beats), beats
 
 
-def test_the_summary_reads_pbt_final_values_from_the_runs_tags(tmp_path):
+def test_the_summary_reads_pbt_final_values_from_the_runs_tags(tmp_path, new_store):
     from mlflow import MlflowClient
 
     from sweep.schema import mutation_key
-    from sweep.tracking import ensure_store, mutated_params
+    from sweep.tracking import mutated_params
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    ensure_store(uri)
+    uri = new_store(tmp_path)
     client = MlflowClient(uri)
     experiment = client.create_experiment("pbt")
     mutated = client.create_run(experiment, tags={mutation_key("train.lr"): "0.0031",

@@ -18,7 +18,7 @@ DEAD = f"{socket.gethostname()}/{_boot_id()}/4194000/1"  # above any pid_max in 
 
 
 @pytest.fixture
-def ctx(tmp_path):
+def ctx(tmp_path, new_store):
     spec = parse_spec({
         "name": "reconcile",
         "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=20000",
@@ -26,7 +26,7 @@ def ctx(tmp_path):
         "train": {"tokens": 4096, "lr": {"float": [1e-3, 1e-2], "log": True}},
         "search": {"sampler": "random", "pruner": "none", "n_trials": 4},
     })
-    tracker = StudyTracker.start(f"sqlite:///{tmp_path / 'mlflow.db'}", spec.name,
+    tracker = StudyTracker.start(new_store(tmp_path), spec.name,
                                  spec.to_data(), executor="optuna", algorithm="random+none")
     return StudyContext(spec, tmp_path, tracker.context)
 
@@ -107,13 +107,13 @@ def test_a_trial_killed_before_it_recorded_its_owner_is_interrupted_and_recorded
         "train.lr"])
 
 
-def test_a_parent_killed_before_its_spec_was_logged_resumes(tmp_path):
+def test_a_parent_killed_before_its_spec_was_logged_resumes(tmp_path, new_store):
     from mlflow import MlflowClient
 
     from sweep.schema import KIND_STUDY, SPEC_ARTIFACT, TAG_KIND
     from sweep.tracking import ResumeError
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     spec = {"name": "half", "search": {"n_trials": 2}}
     first = StudyTracker.start(uri, "half", spec, executor="optuna", algorithm="tpe+none")
     client = MlflowClient(uri)

@@ -42,8 +42,9 @@ def branched_data(name, **train):
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(tmp_path_factory, new_store):
     out = tmp_path_factory.mktemp("branches")
+    new_store(out)
     spec = branched("tiny-branches")
     summary = run_study(spec, out_dir=out, quiet=True)
     from mlflow import MlflowClient
@@ -90,6 +91,7 @@ def test_every_budget_is_its_own_point_and_trunks_are_shared(study):
     assert all(len(list(d.iterdir())) == 1 for d in StudyFolder(out).branches.iterdir())
 
 
+@pytest.mark.slow  # trains the largest branched point again from step 0: 3.6 s
 def test_a_branched_point_equals_a_run_trained_alone(study):
     spec, out, _, trials = study
     late = [t for t in trials if t["metrics"][METRIC_BRANCH_TOKENS] > 0]
@@ -143,7 +145,7 @@ def test_validate_prints_each_trials_trunk_and_the_tokens_saved(tmp_path, monkey
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_ray_executor_shares_the_same_trunks(study, tmp_path):
+def test_ray_executor_shares_the_same_trunks(study, tmp_path, new_store):
     import logging
 
     import ray
@@ -155,6 +157,7 @@ def test_ray_executor_shares_the_same_trunks(study, tmp_path):
     try:
         ray_spec = parse_spec({**branched_data("tiny-branches-ray"),
                                "search": {"executor": "ray"}})
+        new_store(tmp_path)
         summary = run_study(ray_spec, out_dir=tmp_path, quiet=True)
     finally:
         ray.shutdown()

@@ -74,8 +74,9 @@ def check_study(spec, summary):
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
+def finished(tmp_path_factory, new_store):
     out = tmp_path_factory.mktemp("scaling")
+    new_store(out)
     spec = tiny("tiny-scaling")
     return spec, out, run_study(spec, out_dir=out, quiet=True)
 
@@ -99,9 +100,10 @@ def test_rerun_of_a_finished_scaling_study_trains_nothing(finished):
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_ray_executor_runs_the_same_grid(tmp_path):
+def test_ray_executor_runs_the_same_grid(tmp_path, new_store):
     import ray
 
+    new_store(tmp_path)
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
              log_to_driver=False, logging_level=logging.WARNING)
     try:

@@ -11,7 +11,8 @@ from sweep.study import driver, run_study
 from sweep.tracking import find_study
 
 
-def test_sigterm_during_the_summary_is_held_until_the_study_is_recorded(tmp_path, monkeypatch):
+def test_sigterm_during_the_summary_is_held_until_the_study_is_recorded(tmp_path, monkeypatch,
+                                                                       new_store):
     spec = parse_spec({
         "name": "summary-signal",
         "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=20000",
@@ -31,6 +32,7 @@ def test_sigterm_during_the_summary_is_held_until_the_study_is_recorded(tmp_path
 
     monkeypatch.setattr(driver, "finish_study", finish_with_a_signal)
     before = signal.getsignal(signal.SIGTERM)
+    new_store(tmp_path / "out")
     summary = run_study(spec, out_dir=tmp_path / "out", quiet=True)
     assert sent == [True]
     assert summary.state == "COMPLETE" and summary.counts["COMPLETE"] == 2

@@ -35,8 +35,9 @@ def small_variant():
 
 
 @pytest.mark.slow
-def test_mup_keeps_its_best_learning_rate_across_widths_and_sp_does_not(tmp_path):
+def test_mup_keeps_its_best_learning_rate_across_widths_and_sp_does_not(tmp_path, new_store):
     spec = small_variant()
+    new_store(tmp_path / "run")
     assert spec.transfer.widths == [64, 128, 256]
     summary = run_study(spec, out_dir=tmp_path / "run", quiet=True)
     assert summary.counts.get("COMPLETE", 0) + summary.counts.get("DIVERGED", 0) == 30, \

@@ -120,8 +120,8 @@ class FailingAfter:
         return call
 
 
-def test_a_replay_cut_short_goes_on_where_it_stopped(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_a_replay_cut_short_goes_on_where_it_stopped(tmp_path, new_store):
+    uri = new_store(tmp_path)
     ctx = open_study(uri, tmp_path)
     client = MlflowClient(uri)
     run = client.create_run(ctx.experiment_id)
@@ -159,8 +159,8 @@ def test_sync_leaves_files_it_did_not_write_untouched(tmp_path):
     assert foreign.read_text() == '{"op": "end", "status": "FINISHED"}\n' and cut.is_file()
 
 
-def test_a_write_cut_by_a_crash_is_not_replayed(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_a_write_cut_by_a_crash_is_not_replayed(tmp_path, new_store):
+    uri = new_store(tmp_path)
     ctx = open_study(uri, tmp_path)
     client = MlflowClient(uri)
     run_id = client.create_run(ctx.experiment_id).info.run_id
@@ -176,8 +176,8 @@ def test_a_write_cut_by_a_crash_is_not_replayed(tmp_path):
     assert history(uri, run_id) == [(100, 2.5)]
 
 
-def test_without_a_buffer_folder_a_failing_write_raises(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_without_a_buffer_folder_a_failing_write_raises(tmp_path, new_store):
+    uri = new_store(tmp_path)
     ctx = open_study(uri, tmp_path)
     client = MlflowClient(uri)
     run_id = client.create_run(ctx.experiment_id).info.run_id

@@ -120,9 +120,10 @@ def children_of(client, experiment_id, parent_run_id, **kw):
 
 # ------------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory):
+def fake(tmp_path_factory, new_store):
     """The made-up study of `TRIALS`, logged and finished once; read-only (no test writes)."""
     out = tmp_path_factory.mktemp("fake")
+    new_store(out)
     uri = default_tracking_uri(out)
     tracker = StudyTracker.start(uri, "fake", SPEC, executor="optuna", algorithm="tpe/hyperband")
     tracker.log_baseline(5.5)
@@ -145,9 +146,9 @@ def fake(tmp_path_factory):
 
 
 @pytest.fixture
-def uri(tmp_path):
-    """A fresh store for one test."""
-    return default_tracking_uri(tmp_path / "store")
+def uri(tmp_path, new_store):
+    """A new, empty store for one test."""
+    return new_store(tmp_path / "store")
 
 
 @pytest.fixture
@@ -746,7 +747,7 @@ def test_shown_uri_hides_passwords_and_nothing_else(address, shown):
 
 
 @pytest.mark.slow  # MLflow retries the locked store for about 20 s
-def test_an_interrupt_whose_end_cannot_be_written_still_interrupts(tmp_path):
+def test_an_interrupt_whose_end_cannot_be_written_still_interrupts(tmp_path, new_store):
     # Ctrl-C landed inside a store write and the store stays locked (SQLite "database is
     # locked", another connection holding the write lock): ending the run fails, and the
     # interrupt must still reach the driver instead of a failed trial and a study that goes on.
@@ -754,6 +755,7 @@ def test_an_interrupt_whose_end_cannot_be_written_still_interrupts(tmp_path):
 
     from sweep.tracking.trial_run import TrialRun
 
+    new_store(tmp_path)
     db = tmp_path / "mlflow.db"
     client = MlflowClient(f"sqlite:///{db}")
     experiment_id = client.create_experiment("locked")

@@ -5,23 +5,17 @@ metrics and the parent's artifacts (proxied by the server) must all get there. A
 does not answer is a bad address: exit 2 at once, nothing written, not minutes of retries.
 """
 
-import socket
 
 import pytest
 import yaml
 from mlflow import MlflowClient
+from testsupport import free_port
 from typer.testing import CliRunner
 
 from sweep.cli import app
 from sweep.results import load_results, start_ui, stop_ui
 
 DATA = "synthetic:markov?order=1&vocab=16&seed=0&tokens=40000"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spec_file(tmp_path, name, uri):
@@ -41,9 +35,10 @@ def spec_file(tmp_path, name, uri):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, new_store):
     """A real ``mlflow server`` on loopback with its own SQLite store and artifact folder."""
     root = tmp_path_factory.mktemp("mlflow-server")
+    new_store(root)
     port = free_port()
     proc = start_ui(f"sqlite:///{root / 'mlflow.db'}", port=port, log_path=root / "server.log")
     yield f"http://127.0.0.1:{port}", root

@@ -47,13 +47,14 @@ def test_encoder_decoder_learns_reversal_far_below_the_unigram_baseline(tmp_path
 
 
 @pytest.mark.slow
-def test_the_shipped_seq2seq_study_learns_the_reversal(tmp_path):
+def test_the_shipped_seq2seq_study_learns_the_reversal(tmp_path, new_store):
     # studies/seq2seq-reverse.yaml as shipped: its header's target is a best val_loss below 0.1
     # nats per target token, against the 2.398 of any model that ignores the source.
     from sweep.spec import load_spec
     from sweep.study import run_study
 
     path = Path(__file__).resolve().parents[3] / "studies" / "seq2seq-reverse.yaml"
+    new_store(tmp_path / "run")
     summary = run_study(load_spec(path), out_dir=tmp_path / "run", quiet=True)
     assert {k: n for k, n in summary.counts.items() if n} == {"COMPLETE": 6}, summary.counts
     assert summary.best_val_loss < 0.1

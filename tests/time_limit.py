@@ -1,0 +1,41 @@
+"""The default suite stays fast: an unmarked test fails when its call takes too long.
+
+A pytest plugin (``pytest_plugins`` in conftest.py). Unmarked: none of the markers of
+`MARKED` (slow, ray, server and browser tests are left out of the default suite; a gpu test's
+time is its device's). The limit is the ini option ``fast_test_limit_s`` (pyproject.toml;
+``-o fast_test_limit_s=0`` turns it off, say under a coverage tracer); only the call phase
+counts, not the fixtures a module or the session shares.
+"""
+
+import pytest
+
+#: The markers (pyproject.toml) that exempt a test from the limit.
+MARKED = ("slow", "ray", "server", "gpu", "browser")
+
+
+def over_time_limit(seconds, markers, limit_s):
+    """Why a test's call of ``seconds`` breaks the fast suite's limit, or None if it does not.
+
+    A test with none of `MARKED` may take ``limit_s`` seconds in its call; a longer one is made
+    cheaper or marked ``slow``. ``limit_s`` 0 turns the check off.
+    """
+    if not limit_s or seconds <= limit_s or any(m in MARKED for m in markers):
+        return None
+    return (f"its call took {seconds:.1f} s, over the {limit_s:g} s an unmarked test may take "
+            f"(fast_test_limit_s); make it cheaper or mark it @pytest.mark.slow")
+
+
+def pytest_addoption(parser):
+    parser.addini("fast_test_limit_s", "seconds the call of a test without a slow, ray, server, "
+                  "gpu or browser marker may take; 0 for no limit", default="5")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call" and report.passed:
+        why = over_time_limit(report.duration, {m.name for m in item.iter_markers()},
+                              float(item.config.getini("fast_test_limit_s")))
+        if why is not None:
+            report.outcome, report.longrepr = "failed", f"{item.nodeid}: {why}"
+    return report
