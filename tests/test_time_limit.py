@@ -13,10 +13,19 @@ def test_only_an_unmarked_call_over_the_limit_is_refused():
     assert over_time_limit(60.0, set(), 0) is None  # 0: no limit
 
 
-@pytest.mark.parametrize(("limit", "outcomes"), [("0.1", {"passed": 2, "failed": 1}),
-                                                 ("0", {"passed": 3})], ids=["0.1s", "off"])
-def test_a_sleeping_unmarked_test_fails_and_names_the_limit_and_the_marker(pytester, limit,
-                                                                           outcomes):
+def test_a_busy_machine_stretches_the_limit_by_its_contention():
+    assert over_time_limit(8.9, set(), 5.0, busy=2.0) is None
+    why = over_time_limit(10.2, set(), 5.0, busy=2.0)
+    assert "10.2 s, over the 10 s (5 s on an idle machine, x2.0 for its load)" in why
+    assert over_time_limit(5.2, set(), 5.0, busy=0.5) is not None  # never below the idle limit
+
+
+@pytest.mark.parametrize(("limit", "busy", "outcomes"),
+                         [("0.1", "1", {"passed": 2, "failed": 1}), ("0", "1", {"passed": 3}),
+                          ("0.1", "4", {"passed": 3})], ids=["0.1s", "off", "0.1s-busy"])
+def test_a_sleeping_unmarked_test_fails_and_names_the_limit_and_the_marker(pytester, limit, busy,
+                                                                           outcomes, monkeypatch):
+    monkeypatch.setenv("FAST_TEST_CONTENTION", busy)  # "1": as on an idle machine
     pytester.makeini("[pytest]\nmarkers =\n    slow: s\n")
     pytester.makepyfile(test_inner="""
         import time

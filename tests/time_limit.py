@@ -5,7 +5,13 @@ A pytest plugin (``pytest_plugins`` in conftest.py). Unmarked: none of the marke
 time is its device's). The limit is the ini option ``fast_test_limit_s`` (pyproject.toml;
 ``-o fast_test_limit_s=0`` turns it off, say under a coverage tracer); only the call phase
 counts, not the fixtures a module or the session shares.
+
+The limit is for an idle machine. On a busy one (more runnable processes than cores, from
+``os.getloadavg``) a call's wall time stretches with the contention, so the limit stretches by
+the same factor: a test is flagged for what it costs, not for what else runs beside it.
 """
+
+import os
 
 import pytest
 
@@ -13,16 +19,28 @@ import pytest
 MARKED = ("slow", "ray", "server", "gpu", "browser")
 
 
-def over_time_limit(seconds, markers, limit_s):
+def contention():
+    """How many times over the machine's cores are asked for: 1-minute load / cores, at least 1.
+
+    ``FAST_TEST_CONTENTION`` in the environment sets it instead (the plugin's own tests).
+    """
+    fixed = os.environ.get("FAST_TEST_CONTENTION")
+    return max(1.0, float(fixed) if fixed else os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
+def over_time_limit(seconds, markers, limit_s, busy=1.0):
     """Why a test's call of ``seconds`` breaks the fast suite's limit, or None if it does not.
 
-    A test with none of `MARKED` may take ``limit_s`` seconds in its call; a longer one is made
-    cheaper or marked ``slow``. ``limit_s`` 0 turns the check off.
+    A test with none of `MARKED` may take ``limit_s`` seconds in its call on an idle machine,
+    ``limit_s * busy`` on one whose `contention` is ``busy``; a longer one is made cheaper or
+    marked ``slow``. ``limit_s`` 0 turns the check off.
     """
-    if not limit_s or seconds <= limit_s or any(m in MARKED for m in markers):
+    allowed = limit_s * max(1.0, busy)
+    if not limit_s or seconds <= allowed or any(m in MARKED for m in markers):
         return None
-    return (f"its call took {seconds:.1f} s, over the {limit_s:g} s an unmarked test may take "
-            f"(fast_test_limit_s); make it cheaper or mark it @pytest.mark.slow")
+    busy_note = f" ({limit_s:g} s on an idle machine, x{busy:.1f} for its load)" if busy > 1 else ""
+    return (f"its call took {seconds:.1f} s, over the {allowed:g} s{busy_note} an unmarked test "
+            f"may take (fast_test_limit_s); make it cheaper or mark it @pytest.mark.slow")
 
 
 def pytest_addoption(parser):
@@ -35,7 +53,7 @@ def pytest_runtest_makereport(item, call):
     report = yield
     if report.when == "call" and report.passed:
         why = over_time_limit(report.duration, {m.name for m in item.iter_markers()},
-                              float(item.config.getini("fast_test_limit_s")))
+                              float(item.config.getini("fast_test_limit_s")), contention())
         if why is not None:
             report.outcome, report.longrepr = "failed", f"{item.nodeid}: {why}"
     return report
