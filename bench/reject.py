@@ -16,8 +16,11 @@ at a time. Per case and command:
 
 Side by side in the same run, ``python -c pass`` is measured the same way as the floor (what
 any Python command costs on this machine), and ``python -m sweep.cli --help`` (what the CLI's
-own imports cost before it reads a spec). Target: every refusal within 1 s of CPU on a 2-core
-machine. The CUDA case runs only where torch sees no CUDA device. Prints a table and ends with
+own imports cost before it reads a spec). Target: a refusal within 0.3 s of CPU on a 2-core
+machine, judged on each command's median case (the max is printed beside it: a busy machine
+adds a few hundredths to some cases). The spec and the refusal path load none of torch, MLflow,
+Optuna, scipy, pandas, datasketch or numpy (a test holds this, ``tests/sweep/spec``). The CUDA
+case runs only where torch sees no CUDA device. Prints a table and ends with
 one JSON line: median and max CPU and wall seconds per command, whether every case exited 2
 cleanly, and whether the target holds.
 
@@ -48,7 +51,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET_CPU_S = 1.0
+TARGET_CPU_S = 0.3
 COMMANDS = ("run", "validate", "worker", "submit")
 #: ``sweep submit``'s cluster: nothing listens there, and a bad spec is refused before it.
 DEAD_ADDRESS = "http://127.0.0.1:9"
@@ -210,7 +213,7 @@ def main() -> None:
             "all_exit_2": clean,
             "not_clean": [r["case"] for r in mine if r["rc"] != 2 or r["traceback"]
                           or r["left_behind"] or not r["expected"]],
-            "target_met": max(cpu) <= TARGET_CPU_S,
+            "target_met": statistics.median(cpu) <= TARGET_CPU_S,
         }
         print(f"{command:<9} CPU median {per_command[command]['median_cpu_s']:.2f} s, max "
               f"{per_command[command]['max_cpu_s']:.2f} s; all exit 2 cleanly: {clean}")

@@ -8,11 +8,30 @@
 are held out, keeping near-duplicates (`sweep.data.near_duplicates`) on one side.
 `check_corpus` checks a URI's scheme, parameters and paths in milliseconds, without reading the
 corpus; `inspect_corpus` reads it without writing.
+
+The URI checks and `DataError` import without numpy, so a spec is read and refused without
+it; the names backed by numpy (`Corpus`, `load_corpus`, ...) are imported on first use
+(PEP 562), as `sweep.train` does for torch.
 """
 
-from sweep.data.cache import INSPECT_MAX_BYTES, inspect_corpus, load_corpus
-from sweep.data.corpus import VAL_FRACTION, Corpus, DataError, unigram_entropy
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from sweep.data.errors import DataError
 from sweep.data.uris import DEFAULT_CORPUS, SCHEMES, check_corpus
+
+if TYPE_CHECKING:
+    from sweep.data.cache import INSPECT_MAX_BYTES, inspect_corpus, load_corpus
+    from sweep.data.corpus import VAL_FRACTION, Corpus, unigram_entropy
+
+_LAZY = {
+    "INSPECT_MAX_BYTES": "sweep.data.cache",
+    "inspect_corpus": "sweep.data.cache",
+    "load_corpus": "sweep.data.cache",
+    "VAL_FRACTION": "sweep.data.corpus",
+    "Corpus": "sweep.data.corpus",
+    "unigram_entropy": "sweep.data.corpus",
+}
 
 __all__ = [
     "DEFAULT_CORPUS",
@@ -26,3 +45,9 @@ __all__ = [
     "load_corpus",
     "unigram_entropy",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

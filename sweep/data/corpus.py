@@ -1,7 +1,7 @@
 """A prepared corpus: its splits, the windows a trainer reads from them, its description.
 
 `Corpus` is what `sweep.data.load_corpus` returns (URIs in `sweep.data.uris`, preparation in
-`sweep.data.cache`); `DataError` is what every corpus problem raises.
+`sweep.data.cache`); `DataError` (`sweep.data.errors`) is what every corpus problem raises.
 """
 
 from __future__ import annotations
@@ -12,17 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from sweep.errors import InputError
+from sweep.data.errors import DataError
 
 __all__ = ["VAL_FRACTION", "Corpus", "DataError", "unigram_entropy"]
 
 #: The share of a stream (builtin, synthetic, a one-document ``text:``) held out as the
 #: validation split, and of a ``text:`` folder's documents.
 VAL_FRACTION = 0.1
-
-
-class DataError(InputError):
-    """A corpus cannot be used; the message names its URI and what is wrong."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -45,8 +45,6 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from urllib.parse import parse_qsl
 
-from sweep.data import near_duplicates
-
 __all__ = ["PREFIX_BYTES", "TEXT_EXTENSIONS", "Documents", "DocumentSplit", "TextQuery",
            "is_text", "parse_query", "read_documents", "split_documents", "val_hash"]
 
@@ -223,6 +221,8 @@ def split_documents(docs: Documents, fraction: float, val_globs: tuple[str, ...]
     Raises:
         ValueError: ``val_globs`` match every document (no train split is left).
     """
+    from sweep.data import near_duplicates  # numpy, only once documents are read
+
     n = len(docs.names)
     groups = near_duplicates.find_near_duplicates(docs.texts).groups()
     grouped = [g for g in groups if len(g) > 1]

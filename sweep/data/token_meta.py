@@ -13,7 +13,7 @@ import pickle
 from pathlib import Path
 from typing import NoReturn
 
-from sweep.data.corpus import DataError
+from sweep.data.errors import DataError
 
 __all__ = ["vocab_from_meta"]
 

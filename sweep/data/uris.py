@@ -33,7 +33,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from sweep.data import text
-from sweep.data.corpus import DataError
+from sweep.data.errors import DataError
 from sweep.data.token_meta import vocab_from_meta
 
 __all__ = ["DEFAULT_CORPUS", "SCHEMES", "SYNTHETIC_TASKS", "BuiltinUri", "ParsedUri",

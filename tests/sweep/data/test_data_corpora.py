@@ -257,7 +257,7 @@ def test_meta_pkl_that_would_run_code_is_refused_and_runs_none(tmp_path, payload
         load_corpus(uri, tmp_path / "cache")
     message = str(info.value)
     assert str(folder / "meta.pkl") in message and uri in message
-    expected = "sweep.data.corpus.DataError" if payload == "class" else "system"
+    expected = "sweep.data.errors.DataError" if payload == "class" else "system"
     assert expected in message
     assert not marker.exists()
     with pytest.raises(DataError, match="only plain data"):

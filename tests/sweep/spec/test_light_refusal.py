@@ -1,0 +1,90 @@
+"""A spec is read and refused without the heavy libraries: importing `sweep.spec`, loading a
+bad spec, and the CLI's refusal of it (``validate``, ``run``, ``worker``) load none of torch,
+MLflow, Optuna, scipy, pandas, datasketch or numpy (``bench/reject.py`` times the same path)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+HEAVY = ("torch", "mlflow", "optuna", "scipy", "pandas", "datasketch", "numpy")
+
+GOOD = {
+    "name": "light",
+    "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=20000",
+    "model": {"vocab_size": 16, "seq_len": 8, "d_model": 16, "n_heads": 2, "n_layers": 1},
+    "train": {"steps": 2, "batch_size": 2, "eval_tokens": 8, "device": "cpu"},
+    "search": {"executor": "optuna", "sampler": "random", "pruner": "none", "n_trials": 1},
+}
+
+_LOAD = """
+import json, sys
+from sweep.spec import SpecError, load_spec
+try:
+    load_spec(sys.argv[1])
+    code = 0
+except SpecError:
+    code = 2
+print(json.dumps({"code": code, "loaded": sorted(m for m in HEAVY if m in sys.modules)}))
+"""
+
+_CLI = """
+import json, runpy, sys
+sys.argv = ["sweep", *sys.argv[1:]]
+code = None
+try:
+    runpy.run_module("sweep.cli", run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "loaded": sorted(m for m in HEAVY if m in sys.modules)}))
+"""
+
+
+def _bad_specs(tmp_path):
+    cases = {
+        "type": {**GOOD, "model": {**GOOD["model"], "seq_len": "eight"}},
+        "rule": {**GOOD, "model": {**GOOD["model"], "n_heads": 3}},
+        "data": {**GOOD, "data": "text:/nonexistent/corpus.txt"},
+        "tracking": {**GOOD, "tracking": {"uri": "ftp://example.com/store"}},
+    }
+    paths = {}
+    for case, data in cases.items():
+        paths[case] = tmp_path / f"{case}.yaml"
+        paths[case].write_text(yaml.safe_dump(data))
+    return paths
+
+
+def _probe(code, args, cwd):
+    proc = subprocess.run([sys.executable, "-c", f"HEAVY = {HEAVY!r}\n{code}", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=120,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_loading_a_bad_spec_loads_no_heavy_library(tmp_path):
+    path = _bad_specs(tmp_path)["type"]
+    result, stderr = _probe(_LOAD, [path], tmp_path)
+    assert result == {"code": 2, "loaded": []}, stderr
+
+
+@pytest.mark.parametrize("command", ["validate", "run", "worker"])
+def test_the_command_lines_refusal_loads_no_heavy_library(tmp_path, command):
+    """Each bad spec is refused (exit 2, no traceback, nothing written) with none loaded."""
+    for case, path in _bad_specs(tmp_path).items():
+        args = [command, path] + ([] if command == "validate" else ["--out", tmp_path / "out"])
+        result, stderr = _probe(_CLI, args, tmp_path)
+        assert result == {"code": 2, "loaded": []}, (case, stderr)
+        assert "Traceback" not in stderr and stderr.count("error:") == 1, (case, stderr)
+        assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
+
+
+def test_the_probe_sees_a_heavy_library_when_one_is_loaded(tmp_path):
+    """Not vacuous: the same probe reports numpy once the corpus module (numpy) is imported."""
+    path = _bad_specs(tmp_path)["type"]
+    result, stderr = _probe("import sweep.data.corpus\n" + _LOAD, [path], tmp_path)
+    assert result == {"code": 2, "loaded": ["numpy"]}, stderr
