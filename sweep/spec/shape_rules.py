@@ -3,8 +3,9 @@
 Checked exactly over the values each field can take (ranges as arithmetic progressions, not
 samples): some ``d_model`` divisible by some head count (with an even head dimension for RoPE,
 an even width for sinusoidal positions), every ``n_kv_heads`` value dividing some ``n_heads``,
-muP and CompleteP given their base shape, attention sparsity only where the pattern is sparse,
-and the encoder-decoder fields only where ``arch`` can be ``encoder_decoder``, usable there.
+muP and CompleteP given their base shape (and, while ``d_model`` varies, a ``d_ff`` that
+follows it: ``d_ff_ratio``), attention sparsity only where the pattern is sparse, and the
+encoder-decoder fields only where ``arch`` can be ``encoder_decoder``, usable there.
 """
 
 from __future__ import annotations
@@ -160,7 +161,31 @@ def _check_parametrization(spec: StudySpec) -> list[str]:
         if needing and None in candidates(model.get(name, defaults[name])):
             problems.append(f"model.{name}: parametrization {needing[0]!r} needs {name}, the "
                             f"{what} the hyperparameters are tuned at; give it")
-    return problems
+    return problems + _check_fixed_d_ff(spec, [p for p in taken if p in ("mup", "completep")])
+
+
+def _check_fixed_d_ff(spec: StudySpec, width_scaled: list[Any]) -> list[str]:
+    """Refuse a ``d_ff`` of its own while ``d_model`` varies under muP or CompleteP.
+
+    Their multipliers take every hidden width as ``d_model / base_d_model`` times the base's
+    (Yang et al. 2022, "Tensor Programs V", Table 3: a matrix's width multiplier is its fan-in
+    over the base's); a ``d_ff`` that does not follow ``d_model`` gives the feed-forward
+    weights the wrong multipliers. ``d_ff_ratio`` keeps ``d_ff`` in proportion.
+    """
+    model = spec.model
+    d_ff = model.get("d_ff")
+    if not width_scaled or d_ff is None or len(set(candidates(model.get("d_model")))) < 2:
+        return []
+    when = getattr(d_ff, "when", None) or {}
+    allowed = when.get("parametrization", when.get("model.parametrization"))
+    if allowed is not None and not set(allowed) & set(width_scaled):
+        return []
+    shown = f"d_ff={d_ff}" if not isinstance(d_ff, (ChoiceDomain, FloatDomain, IntDomain)) \
+        else "a d_ff domain of its own"
+    return [f"model.d_ff: {shown} while model.d_model varies breaks parametrization "
+            f"{width_scaled[0]!r} (the feed-forward width no longer scales with d_model, so "
+            "its weights get the wrong multipliers); use model.d_ff_ratio so d_ff scales "
+            "with d_model"]
 
 
 def _arch_conditioned(param: Any) -> bool:

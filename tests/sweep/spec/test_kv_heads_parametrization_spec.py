@@ -124,3 +124,32 @@ def test_a_scaling_study_owns_the_heads_and_takes_a_parametrization():
         "model.n_kv_heads: a scaling study takes every shape from scaling.rule; remove it"]
     data["model"] = {"seq_len": 64, "parametrization": "mup", "base_d_model": 32}
     assert parse_spec(data).model["parametrization"] == "mup"
+
+
+D_FF_RULE = ("use model.d_ff_ratio so d_ff scales with d_model")
+
+
+@pytest.mark.parametrize(("model", "shown", "parametrization"), [
+    ({"parametrization": "mup", "d_ff": 256}, "d_ff=256", "mup"),
+    ({"parametrization": "completep", "base_n_layers": 2, "d_ff": 256}, "d_ff=256",
+     "completep"),
+    ({"parametrization": {"choice": ["sp", "mup"]}, "d_ff": {"int": [128, 256], "step": 64}},
+     "a d_ff domain of its own", "mup"),
+])
+def test_a_d_ff_of_its_own_while_d_model_varies_under_mup_is_refused(model, shown,
+                                                                       parametrization):
+    found = problems({"d_model": {"choice": [64, 128]}, "base_d_model": 64, **model})
+    assert found == [f"model.d_ff: {shown} while model.d_model varies breaks parametrization "
+                     f"{parametrization!r} (the feed-forward width no longer scales with "
+                     "d_model, so its weights get the wrong multipliers); " + D_FF_RULE]
+
+
+@pytest.mark.parametrize("model", [
+    {"parametrization": "mup", "d_ff_ratio": 2.0, "d_model": {"choice": [64, 128]}},
+    {"parametrization": "mup", "d_ff": 256},  # d_model fixed: every trial has one width
+    {"parametrization": "sp", "d_ff": 256, "d_model": {"choice": [64, 128]}},
+    {"parametrization": {"choice": ["sp", "mup"]}, "d_model": {"choice": [64, 128]},
+     "d_ff": {"choice": [256], "when": {"parametrization": ["sp"]}}},
+])
+def test_a_d_ff_that_follows_d_model_or_needs_no_scaling_is_accepted(model):
+    parse_spec(spec({"base_d_model": 64, **model}))
