@@ -151,13 +151,13 @@ def read_documents(path: Path, query: TextQuery) -> Documents:
 
     Raises:
         ValueError: ``path`` is a binary file, globs were given for a file, a ``val`` glob
-            matches no document, or no text document is left; the message says which.
-        OSError: A file cannot be read.
+            matches no document, no text document is left, or a file cannot be read (its
+            path and the reason); the message says which.
     """
     if path.is_file():
         if query:
             raise ValueError("include, exclude and val apply to a folder, not a single file")
-        blob = path.read_bytes()
+        blob = _read(path) or b""
         if not is_text(blob[:PREFIX_BYTES], path.suffix):
             raise ValueError(f"{str(path)!r} is not a text file (a NUL byte, or not UTF-8, in "
                              f"its first {PREFIX_BYTES} bytes)")
@@ -165,12 +165,11 @@ def read_documents(path: Path, query: TextQuery) -> Documents:
     files, n_excluded = list_files(path, query)
     names, texts, n_binary = [], [], 0
     for rel, file in files:
-        with open(file, "rb") as f:
-            prefix = f.read(PREFIX_BYTES)
-            if not is_text(prefix, file.suffix):
-                n_binary += 1
-                continue
-            texts.append(prefix + f.read())
+        blob = _read(file, text_only=True)
+        if blob is None:
+            n_binary += 1
+            continue
+        texts.append(blob)
         names.append(rel)
     if not names:
         raise ValueError(f"no text documents under {str(path)!r} ({len(files)} files read, "
@@ -179,6 +178,24 @@ def read_documents(path: Path, query: TextQuery) -> Documents:
         raise ValueError(f"val={', '.join(query.val)} matches none of the {len(names)} "
                          "documents")
     return Documents(names, texts, n_binary, n_excluded)
+
+
+def _read(file: Path, text_only: bool = False) -> bytes | None:
+    """The bytes of ``file``.
+
+    With ``text_only``, None for a binary file, read no further than its first `PREFIX_BYTES`.
+
+    Raises:
+        ValueError: ``cannot read 'FILE': REASON`` (permission, an I/O error, a folder...).
+    """
+    try:
+        with open(file, "rb") as f:
+            prefix = f.read(PREFIX_BYTES)
+            if text_only and not is_text(prefix, file.suffix):
+                return None
+            return prefix + f.read()
+    except OSError as exc:
+        raise ValueError(f"cannot read {str(file)!r}: {exc.strerror or exc}") from None
 
 
 def val_hash(key: str) -> float:

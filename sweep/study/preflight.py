@@ -56,10 +56,18 @@ def _spec_devices(spec: StudySpec) -> list[str]:
     return [v for v in options if isinstance(v, str)]
 
 
+#: The devices a study trains on: the cost model prices CPU and CUDA memory only
+#: (`sweep_models.cost.memory`), so ``mps``, ``xpu`` and the like are refused before torch loads.
+DEVICE_FORMS = "auto, cpu, cuda or cuda:N"
+
+
 def _check_device(source: str, value: str) -> None:
     if value in ("auto", "cpu"):
         return
     cuda = re.fullmatch(r"cuda(:\d+)?", value) is not None
+    if not cuda and re.fullmatch(r"cpu(:\d+)?", value) is None:
+        raise PreflightError(f"{source}={value!r}: not a device a study trains on; use "
+                             f"{DEVICE_FORMS}")
     if cuda and no_cuda_driver():
         raise PreflightError(f"{source}={value!r}: no CUDA device is available on this machine "
                              "(no NVIDIA or ROCm driver found); use cpu or auto")
@@ -164,8 +172,9 @@ def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None
     """Check what the spec and flags name, without loading torch, MLflow or Optuna.
 
     The training device (``device``, the ``--device`` flag, else each value ``train.device``
-    may take) exists: a CUDA device on a machine with no CUDA driver is refused at once; only
-    other device names (``cuda`` where a driver is present, ``mps``...) load torch to decide.
+    may take) is one a study trains on (`DEVICE_FORMS`; ``mps``, ``xpu``... are refused) and
+    exists: a CUDA device on a machine with no CUDA driver is refused at once; only ``cuda``
+    where a driver is present loads torch to decide.
     The tracking URI (``tracking.uri``, else ``MLFLOW_TRACKING_URI``) has a scheme of
     `TRACKING_SCHEMES`. The output folder ``out`` (when given) is not a file nor the current
     folder. The store files named by the spec or in ``out`` are ones the study may write to

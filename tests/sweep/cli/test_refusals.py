@@ -74,3 +74,48 @@ def test_a_fixed_d_ff_while_d_model_varies_under_mup_or_completep_is_refused(
     assert f"model.d_ff: d_ff=64 while model.d_model varies breaks parametrization " \
            f"'{parametrization}'" in text
     assert "use model.d_ff_ratio so d_ff scales with d_model" in text
+
+
+# ------------------------------------------------------------ a corpus file that cannot be read
+def _unreadable(folder, how):
+    """A ``text:`` folder of two readable documents and one that cannot be read; its path."""
+    folder.mkdir()
+    (folder / "a.txt").write_text("the first document of the corpus\n" * 20)
+    (folder / "b.txt").write_text("a second document, not like the first\n" * 20)
+    bad = folder / "c.txt"
+    if how == "chmod":
+        bad.write_text("a document nobody may read\n")
+        bad.chmod(0)
+    else:  # reading /proc/self/mem at offset 0 fails with EIO, for root too
+        bad.symlink_to("/proc/self/mem")
+    return bad
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize("how", ["chmod", "io-error"])
+def test_an_unreadable_corpus_file_is_named(tmp_path, command, how):
+    if how == "chmod" and os.geteuid() == 0:
+        pytest.skip("root reads a file of mode 000; the io-error case covers root")
+    corpus = tmp_path / "corpus"
+    bad = _unreadable(corpus, how)
+    path = spec_file(tmp_path, data=f"text:{corpus}", model={"vocab_size": 256})
+    args = ["validate", path] if command == "validate" else run_args(path, tmp_path)
+    text = refused(tmp_path, *args)
+    reason = "Permission denied" if how == "chmod" else "Input/output error"
+    assert f"data.uri: corpus 'text:{corpus}': cannot read '{bad}': {reason}" in text
+    assert "--out" not in text
+
+
+# ------------------------------------------------------------------ a device no study trains on
+@pytest.mark.parametrize("command", ["validate", "run", "worker"])
+@pytest.mark.parametrize("where", ["flag", "spec"])
+def test_a_device_no_study_trains_on_is_refused_in_one_line(tmp_path, command, where):
+    path = spec_file(tmp_path, train={"device": "mps" if where == "spec" else "cpu"})
+    args = ["validate", path] if command == "validate" else [command, path, "--out",
+                                                              tmp_path / "out"]
+    if where == "flag":
+        args += ["--device", "mps"]
+    text = refused(tmp_path, *args)
+    source = "--device" if where == "flag" else "train.device"
+    assert text == (f"error: {source}='mps': not a device a study trains on; use auto, cpu, "
+                    "cuda or cuda:N")
