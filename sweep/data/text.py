@@ -165,11 +165,11 @@ def read_documents(path: Path, query: TextQuery) -> Documents:
     files, n_excluded = list_files(path, query)
     names, texts, n_binary = [], [], 0
     for rel, file in files:
-        blob = _read(file, text_only=True)
-        if blob is None:
+        doc = _read(file, text_only=True)
+        if doc is None:
             n_binary += 1
             continue
-        texts.append(blob)
+        texts.append(doc)
         names.append(rel)
     if not names:
         raise ValueError(f"no text documents under {str(path)!r} ({len(files)} files read, "
