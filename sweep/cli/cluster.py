@@ -22,6 +22,7 @@ from rich.table import Table
 from sweep.cli import common
 from sweep.cli.common import app, bad_input
 from sweep.cli.inputs import load_study_spec
+from sweep.folder import system_folder
 from sweep.schema import JOB_EXPERIMENT, JOB_OUT, JOB_STUDY, TAG_SPEC_HASH
 
 _ADDRESS_HELP = ("The Ray dashboard's address, http://HEAD:8265 (default: "
@@ -90,6 +91,9 @@ def submit(
     on).
     """
     spec = load_study_spec(spec_path, executor, trials)
+    reason = system_folder(out, resolve=False) if out else None  # a folder on the cluster
+    if reason is not None:
+        bad_input(f"--out {out}: {reason}")
     from sweep.cluster import check_submittable
 
     check_submittable(spec)

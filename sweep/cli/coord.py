@@ -17,7 +17,7 @@ from rich.table import Table
 
 from sweep.cli import common
 from sweep.cli.common import app, as_bad_input, bad_input, parse_sets
-from sweep.folder import RUNS, StudyFolder
+from sweep.folder import RUNS, StudyFolder, out_problem
 
 if TYPE_CHECKING:
     import torch
@@ -190,7 +190,11 @@ def coord_check(
     out: str = typer.Option(None, "--out", metavar="DIR",
                             help="Folder for coord_check.png, coord_check.csv and the "
                                  "prepared corpus (default: runs/<study>/coord-check with the "
-                                 "study's corpus cache, or runs/coord-check)."),
+                                 "study's corpus cache, or runs/coord-check); never the "
+                                 "root, a home or system folder, nor a non-empty folder of "
+                                 "other files."),
+    force_out: bool = typer.Option(False, "--force-out", help="Write into a non-empty --out "
+                                   "folder of other files (among files of yours)."),
     device: str = typer.Option("cpu", help="Torch device."),
     as_json: bool = typer.Option(False, "--json", help="Print the records and slopes as JSON."),
 ) -> None:
@@ -209,6 +213,9 @@ def coord_check(
     # the study's folder (its corpus cache too), else runs/coord-check
     study = StudyFolder(spec.default_output_dir() if spec else RUNS / "coord-check")
     folder = Path(out) if out else (study.root / "coord-check" if spec else study.root)
+    problem = out_problem("--out", folder, force=force_out) if out else None
+    if problem is not None:
+        bad_input(problem)
     from sweep.train.coord_check import width_config
     from sweep_models import ConfigError
 

@@ -40,8 +40,8 @@ def load_study_spec(spec_path: str, executor: str | None = None,
 
 
 def check_study_inputs(spec: StudySpec, out: Path | None = None, device: str | None = None,
-                       space: bool = False,
-                       ray_address: str | None = None) -> SpaceSummary | None:
+                       space: bool = False, ray_address: str | None = None,
+                       force_out: bool = False) -> SpaceSummary | None:
     """`sweep.study.check_inputs` (and `check_space` when ``space``).
 
     Returns:
@@ -55,5 +55,5 @@ def check_study_inputs(spec: StudySpec, out: Path | None = None, device: str | N
     from sweep.study.preflight import check_inputs, check_space
 
     with as_bad_input("data.uri", DataError):
-        check_inputs(spec, out, device=device, ray_address=ray_address)
+        check_inputs(spec, out, device=device, ray_address=ray_address, force_out=force_out)
         return check_space(spec, device=device) if space else None

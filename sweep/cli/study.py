@@ -53,7 +53,12 @@ def run(
     spec_path: str = typer.Argument(..., metavar="SPEC", help="Study spec YAML."),
     executor: str = typer.Option(None, help="Override search.executor: optuna or ray."),
     trials: int = typer.Option(None, min=1, help="Override search.n_trials."),
-    out: str = typer.Option(None, help="Output folder (default ./runs/<study name>)."),
+    out: str = typer.Option(None, help="Output folder (default ./runs/<study name>); never "
+                            "the root, a home or system folder, nor a non-empty folder that is "
+                            "not a study's."),
+    force_out: bool = typer.Option(False, "--force-out", help="Write the study into a "
+                                   "non-empty --out folder that is not a study's (among "
+                                   "files of yours)."),
     address: str = typer.Option(None, help="Ray cluster address, host:port or auto (ray "
                                 "executor; default: RAY_ADDRESS, else a local Ray)."),
     device: str = typer.Option(None, help="Training device (default: CUDA when present)."),
@@ -84,7 +89,7 @@ def run(
     if allow_cpu:
         spec = _on_cpu_without_gpus(spec, address)
     check_study_inputs(spec, Path(out) if out else spec.default_output_dir(), device, space=True,
-                  ray_address=address)
+                       ray_address=address, force_out=force_out)
     # Only now the heavy packages (torch, MLflow, Optuna): the input is good as far as the spec
     # and the flags can tell.
     from sweep.data import DataError

@@ -16,7 +16,7 @@ import typer
 from sweep.cli import common
 from sweep.cli.common import SET_FORMS, app, as_bad_input, bad_input, parse_sets, split_sets
 from sweep.cli.estimate_table import estimate_table
-from sweep.folder import RUNS
+from sweep.folder import RUNS, out_problem, system_folder
 from sweep.schema import TrialState
 
 
@@ -29,6 +29,9 @@ def _check_save_dir(save: str | None) -> None:
     if save is None:
         return
     path = Path(save)
+    reason = system_folder(path)
+    if reason is not None:
+        bad_input(f"--save {save}: {reason}")
     if path.exists() and not path.is_dir():
         bad_input(f"--save {save}: exists and is not a folder")
     if path.is_dir() and any(path.iterdir()) and not (path / CONFIG_FILE).is_file():
@@ -74,7 +77,11 @@ def train(
                                                    "config's, else 2e5)."),
     out: str = typer.Option(None, help="Output folder: prepared corpora and (unless tracked "
                                        "in a study) the MLflow store (default runs/train; "
-                                       "with --from-study the study's folder)."),
+                                       "with --from-study the study's folder); never the "
+                                       "root, a home or system folder, nor a non-empty folder "
+                                       "that is not a study's."),
+    force_out: bool = typer.Option(False, "--force-out", help="Write into a non-empty --out "
+                                   "folder that is not a study's (among files of yours)."),
     save: str = typer.Option(None, "--save", metavar="DIR",
                              help="Save the final weights and config.json here."),
     track: bool = typer.Option(True, "--track/--no-track",
@@ -97,6 +104,9 @@ def train(
     Exits 0 when training completes, 1 when it diverges, 2 for bad input.
     """
     overrides = split_sets(parse_sets(sets))
+    problem = out_problem("--out", out, force=force_out) if out is not None else None
+    if problem is not None:
+        bad_input(problem)
     _check_save_dir(save)
     base, study_trial = _source(preset, from_study, trial, config, tracking_uri)
     _train(base, study_trial, overrides, data=data, budget_tokens=budget_tokens, out=out,

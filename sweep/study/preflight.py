@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweep.data import DataError, check_corpus
 from sweep.errors import InputError
-from sweep.folder import StudyFolder
+from sweep.folder import StudyFolder, out_problem
 from sweep.schema import METRIC_N_PARAMS
 from sweep.spec import ChoiceDomain, StudySpec
 from sweep.study.stores import store_problem
@@ -168,7 +168,7 @@ def check_gpus(spec: StudySpec, ray_address: str | None = None) -> None:
 
 
 def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None = None,
-                 ray_address: str | None = None) -> None:
+                 ray_address: str | None = None, force_out: bool = False) -> None:
     """Check what the spec and flags name, without loading torch, MLflow or Optuna.
 
     The training device (``device``, the ``--device`` flag, else each value ``train.device``
@@ -176,11 +176,13 @@ def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None
     exists: a CUDA device on a machine with no CUDA driver is refused at once; only ``cuda``
     where a driver is present loads torch to decide.
     The tracking URI (``tracking.uri``, else ``MLFLOW_TRACKING_URI``) has a scheme of
-    `TRACKING_SCHEMES`. The output folder ``out`` (when given) is not a file nor the current
-    folder. The store files named by the spec or in ``out`` are ones the study may write to
-    (`check_stores`). For a study about to run here (``out`` given; ``sweep validate`` judges
-    the spec alone), a Ray study's ``resources.gpus_per_trial`` on a local Ray with no GPU
-    (`check_gpus`; ``ray_address`` is ``--address``). The corpus URI's scheme, parameters and
+    `TRACKING_SCHEMES`. The output folder ``out`` (when given) is not a file, the current folder,
+    the root, a home or system folder, nor (unless ``force_out``, ``--force-out``) a non-empty
+    folder that is not a study's (`sweep.folder.out_problem`). The store files named by the
+    spec or in ``out`` are ones the study may write to (`check_stores`). For a study about to
+    run here (``out`` given; ``sweep validate`` judges the spec alone), a Ray study's
+    ``resources.gpus_per_trial`` on a local Ray with no GPU (`check_gpus`; ``ray_address`` is
+    ``--address``). The corpus URI's scheme, parameters and
     paths (`sweep.data.check_corpus`).
 
     Raises:
@@ -196,10 +198,11 @@ def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None
             _check_device("train.device", value)
     _check_tracking_uri(spec)
     if out is not None:
-        if out.exists() and not out.is_dir():
-            raise PreflightError(f"--out {out}: is a file, not a folder")
         if str(out) in ("", "."):
             raise PreflightError("--out: give the study its own folder, not the current one")
+        problem = out_problem("--out", out, force=force_out)
+        if problem is not None:
+            raise PreflightError(problem)
         check_gpus(spec, ray_address)
     check_stores(spec, out)
     check_corpus(spec.data.uri, vocab_size=spec.data.vocab_size)
@@ -252,7 +255,9 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
     from sweep import tracking
     from sweep.data import load_corpus
 
-    check_inputs(spec, out, device=device, ray_address=ray_address)
+    # The command line judged the folder's contents (--force-out); nothing is written before
+    # this point, so only the system-folder rule is checked again here.
+    check_inputs(spec, out, device=device, ray_address=ray_address, force_out=True)
     summary = check_space(spec, device=device, n_samples=n_samples)
     try:
         tracking.check_reachable(spec.tracking_uri(out), spec.tracking_uri_source())

@@ -119,3 +119,82 @@ def test_a_device_no_study_trains_on_is_refused_in_one_line(tmp_path, command, w
     source = "--device" if where == "flag" else "train.device"
     assert text == (f"error: {source}='mps': not a device a study trains on; use auto, cpu, "
                     "cuda or cuda:N")
+
+
+# ---------------------------------------------------------------------- --out: whose folder
+SYSTEM = [("/", "the root, a home folder or a folder of folders"),
+          ("/etc", "/etc and what is under it belong to the system"),
+          ("/root", "the root, a home folder or a folder of folders"),
+          ("/usr/bin", "/usr and what is under it belong to the system"),
+          ("/proc", "/proc and what is under it belong to the system"),
+          ("/etc/sweep-study", "/etc and what is under it belong to the system")]
+
+
+@pytest.mark.parametrize(("out", "reason"), SYSTEM)
+@pytest.mark.parametrize("command", ["run", "worker", "train", "coord-check", "submit"])
+def test_out_refuses_the_root_and_system_folders(tmp_path, command, out, reason):
+    path = spec_file(tmp_path)
+    args = {"run": ["run", path, "--force-out"], "worker": ["worker", path],
+            "train": ["train", "--preset", "tiny", "--force-out"],
+            "coord-check": ["coord-check", path, "--force-out"],
+            "submit": ["submit", path, "--address", "http://127.0.0.1:9"]}[command]
+    text = refused(tmp_path, *args, "--out", out)
+    assert text.startswith(f"error: --out {out}: {reason}"), text
+    assert not Path("/etc/sweep-study").exists()
+
+
+def test_a_link_into_a_system_folder_is_judged_where_it_leads(tmp_path):
+    (tmp_path / "link").symlink_to("/etc")
+    text = refused(tmp_path, *run_args(spec_file(tmp_path), tmp_path)[:2], "--out",
+                   tmp_path / "link")
+    assert "/etc and what is under it belong to the system (/etc)" in text
+
+
+def test_train_save_refuses_a_system_folder(tmp_path):
+    text = refused(tmp_path, "train", "--preset", "tiny", "--save", "/usr/lib/sweep-model")
+    assert text.startswith("error: --save /usr/lib/sweep-model: /usr and what is under it "
+                           "belong to the system")
+
+
+def _users_folder(tmp_path):
+    mine = tmp_path / "mine"
+    (mine / "notes").mkdir(parents=True)
+    (mine / "notes" / "todo.txt").write_text("my own notes\n")
+    (mine / "data").mkdir()  # a folder of the user's that a study also writes (data/)
+    (mine / "thesis.tex").write_text("\\documentclass{article}\n")
+    return mine
+
+
+@pytest.mark.parametrize("command", ["run", "worker", "train", "coord-check"])
+def test_a_non_empty_folder_that_is_not_a_study_is_refused_unchanged(tmp_path, command):
+    mine = _users_folder(tmp_path)
+    path = spec_file(tmp_path)
+    args = {"run": ["run", path], "worker": ["worker", path],
+            "train": ["train", "--preset", "tiny"], "coord-check": ["coord-check", path]}
+    text = refused(tmp_path, *args[command], "--out", mine)  # tree() compares every sha256
+    assert text == (f"error: --out {mine}: holds files that are not a study's (no "
+                    "optuna.journal, mlflow.db or prepared corpus); give a new or empty "
+                    "folder, a study's folder, or add --force-out to write the study among "
+                    "these files")
+
+
+@pytest.mark.slow  # two short studies: about 10 s
+def test_force_out_writes_among_the_users_files_and_the_study_then_resumes(tmp_path, new_store):
+    """--force-out is the user's word; the folder is then a study's, resumed without it."""
+    mine = _users_folder(tmp_path)
+    before = tree(mine)
+    uri = new_store(tmp_path / "store")  # the MLflow store elsewhere: mine holds no mlflow.db
+    path = spec_file(tmp_path, tracking={"uri": uri})
+    refused(tmp_path, "run", path, "--out", mine)
+    first = CliRunner().invoke(app, ["run", str(path), "--out", str(mine), "--quiet",
+                                     "--force-out"])
+    assert first.exit_code == 0, first.output
+    assert (mine / "optuna.journal").is_file()
+    again = CliRunner().invoke(app, ["run", str(path), "--out", str(mine), "--quiet",
+                                     "--trials", "2"])
+    assert again.exit_code == 0, again.output
+    from sweep.results import load_results
+
+    assert len(load_results("refusals", tracking_uri=uri)) == 2  # one trial, then one more
+    after = tree(mine)
+    assert {k: v for k, v in after.items() if k in before} == before  # the user's files kept
