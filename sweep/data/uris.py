@@ -37,7 +37,7 @@ from sweep.data.errors import DataError
 from sweep.data.token_meta import vocab_from_meta
 
 __all__ = ["DEFAULT_CORPUS", "SCHEMES", "SYNTHETIC_TASKS", "BuiltinUri", "ParsedUri",
-           "SyntheticUri", "TextUri", "TokensUri", "check_corpus", "parse_uri"]
+           "SyntheticUri", "TextUri", "TokensUri", "check_corpus", "declared_vocab", "parse_uri"]
 
 #: URI schemes of corpora, in the order the docs list them.
 SCHEMES = ("builtin", "text", "tokens", "synthetic")
@@ -220,7 +220,7 @@ def parse_uri(uri: str, vocab_size: int | None = None) -> ParsedUri:
     raise DataError(f"corpus {uri!r}: unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
 
 
-def check_corpus(uri: str, *, vocab_size: int | None = None) -> None:
+def check_corpus(uri: str, *, vocab_size: int | None = None) -> int:
     """Check ``uri`` as far as it can be without reading or preparing the corpus.
 
     The scheme, its parameters and their ranges, that a ``text:`` path and a ``tokens:`` folder
@@ -228,7 +228,24 @@ def check_corpus(uri: str, *, vocab_size: int | None = None) -> None:
     ``vocab_size`` or its meta file). Takes milliseconds; what needs the content (an empty
     text corpus, token ids beyond the vocab, a split too short) is found by `load_corpus`.
 
+    Returns:
+        The vocab size the corpus declares (`declared_vocab`): its token ids are below it.
+
     Raises:
         DataError: As `load_corpus`, naming ``uri``.
     """
-    parse_uri(uri, vocab_size)
+    return declared_vocab(parse_uri(uri, vocab_size), vocab_size)
+
+
+def declared_vocab(parsed: ParsedUri, vocab_size: int | None = None) -> int:
+    """The vocab size of a parsed corpus URI, as `load_corpus` declares it, without reading.
+
+    A ``tokens:`` folder's (``vocab=``, ``vocab_size`` or its meta file), else ``vocab_size``
+    when given, else a synthetic task's ``vocab=``, else 256 (bytes: ``builtin:``, ``text:``);
+    `sweep.data.sources` builds each source with the same rule.
+    """
+    if isinstance(parsed, TokensUri):
+        return parsed.vocab
+    if vocab_size is not None:
+        return vocab_size
+    return parsed.vocab if isinstance(parsed, SyntheticUri) else 256

@@ -19,7 +19,9 @@ import errno
 import os
 import re
 import shutil
+import socket
 import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,7 @@ from sweep.errors import InputError
 from sweep.folder import StudyFolder, out_problem
 from sweep.schema import METRIC_N_PARAMS
 from sweep.spec import ChoiceDomain, StudySpec
+from sweep.spec.values import candidates, section_defaults
 from sweep.study.stores import store_problem
 from sweep.train.cuda_probe import no_cuda_driver
 
@@ -94,11 +97,46 @@ def _check_tracking_uri(spec: StudySpec) -> None:
     except ValueError as exc:
         raise PreflightError(f"{source}: not a valid URI ({exc})") from None
     # A one-letter scheme is a Windows drive (C:\...), which MLflow reads as a folder.
+    if scheme in ("http", "https"):
+        _check_listening(source, uri)
     if len(scheme) <= 1 or scheme.split("+", 1)[0] in TRACKING_SCHEMES:
         return
     raise PreflightError(f"{source}: scheme {scheme!r} is not an MLflow tracking store this "
                          f"service opens; use one of {', '.join(TRACKING_SCHEMES)}, or a folder "
                          "path")
+
+
+#: Seconds `_check_listening` waits for a tracking server's port to accept a connection.
+CONNECT_TIMEOUT_S = 3.0
+
+
+def _check_listening(source: str, uri: str) -> None:
+    """Refuse an ``http(s)://`` tracking URI whose host and port accept no connection.
+
+    One TCP connection, `CONNECT_TIMEOUT_S` at most, without MLflow: what ``sweep run`` would
+    find only after loading it (`sweep.tracking.check_reachable`, which also asks the server's
+    ``/health``, runs later). A host reached through a proxy (``HTTP(S)_PROXY``) is left to
+    that check. The message shows the URL without its user and password.
+    """
+    parts = urllib.parse.urlsplit(uri)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return  # a port out of range: check_reachable names it
+    host = parts.hostname
+    if not host or (parts.scheme in urllib.request.getproxies()
+                    and not urllib.request.proxy_bypass(host)):
+        return
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            return
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    shown = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    raise PreflightError(f"{source} {shown}: no MLflow server answers there (nothing accepts a "
+                         f"connection at {netloc}: {reason}); start it (mlflow server --host "
+                         "127.0.0.1 --port PORT) or fix the address")
 
 
 def check_stores(spec: StudySpec, out: Path | None = None) -> None:
@@ -205,7 +243,34 @@ def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None
             raise PreflightError(problem)
         check_gpus(spec, ray_address)
     check_stores(spec, out)
-    check_corpus(spec.data.uri, vocab_size=spec.data.vocab_size)
+    check_vocab(spec, check_corpus(spec.data.uri, vocab_size=spec.data.vocab_size),
+                _largest_vocab(spec))
+
+
+def _largest_vocab(spec: StudySpec) -> int | None:
+    """The largest ``model.vocab_size`` the space can take, from the spec alone.
+
+    ``model.vocab_size`` (a value, a choice's options or a range's high end), else
+    ``data.vocab_size``, else the preset's or `sweep_models.ModelConfig`'s default, as
+    `sweep.space.sampling.build_configs` resolves it.
+    """
+    value = spec.model.get("vocab_size")
+    if value is None:
+        value = spec.data.vocab_size or section_defaults(spec, "model")["vocab_size"]
+    ints = [v for v in candidates(value) if isinstance(v, int)]
+    return max(ints) if ints else None
+
+
+def check_vocab(spec: StudySpec, corpus_vocab: int, largest: int | None) -> None:
+    """Refuse a space whose largest ``model.vocab_size`` is below the corpus's vocab size.
+
+    Raises:
+        PreflightError: Naming ``model.vocab_size``, the corpus and its number of token ids.
+    """
+    if largest is not None and largest < corpus_vocab:
+        raise PreflightError(f"model.vocab_size={largest} is smaller than the vocabulary of "
+                             f"{spec.data.uri!r} ({corpus_vocab} token ids); give "
+                             f"model.vocab_size >= {corpus_vocab}")
 
 
 def check_space(spec: StudySpec, *, device: str | None = None,
@@ -290,10 +355,8 @@ def preflight(spec: StudySpec, out: Path, *, device: str | None = None,
                                  f"{reasons[0]}")
         # Only a study in which no config fits is refused; a misfit trial ends FAILED.
         corpus.require(summary.min_seq_len)
-        vocab = summary.max_vocab_size  # set with min_seq_len: some config can train
-        if vocab is not None and vocab < corpus.vocab_size:
-            raise PreflightError(f"model.vocab_size={vocab} is smaller than the vocabulary of "
-                                 f"{spec.data.uri!r} ({corpus.vocab_size} token ids)")
+        # max_vocab_size is set with min_seq_len: some config can train
+        check_vocab(spec, corpus.vocab_size, summary.max_vocab_size)
         check_disk(spec, out, summary)
     except (OSError, DataError, PreflightError) as exc:
         if created is not None:

@@ -198,3 +198,48 @@ def test_force_out_writes_among_the_users_files_and_the_study_then_resumes(tmp_p
     assert len(load_results("refusals", tracking_uri=uri)) == 2  # one trial, then one more
     after = tree(mine)
     assert {k: v for k, v in after.items() if k in before} == before  # the user's files kept
+
+
+# ------------------------------------------- validate refuses what run refuses: vocab, server
+def _tokens_folder(folder, vocab):
+    """A nanoGPT-style ``tokens:`` folder whose ids run up to ``vocab - 1`` (meta.json)."""
+    import numpy as np
+
+    folder.mkdir()
+    (np.arange(4096) % vocab).astype(np.uint16).tofile(folder / "train.bin")
+    (np.arange(1024) % vocab).astype(np.uint16).tofile(folder / "val.bin")
+    (folder / "meta.json").write_text(f'{{"vocab_size": {vocab}}}')
+    return folder
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize("corpus", ["synthetic", "tokens"])
+def test_a_corpus_with_more_token_ids_than_model_vocab_size_is_refused(tmp_path, command,
+                                                                       corpus):
+    if corpus == "tokens":
+        uri, n = f"tokens:{_tokens_folder(tmp_path / 'tok', 1000)}", 1000
+        path = spec_file(tmp_path, data=uri, model={"vocab_size": {"choice": [256, 512]}})
+        largest = 512
+    else:
+        uri, n, largest = BASE["data"], 16, 8
+        path = spec_file(tmp_path, model={"vocab_size": 8})
+    args = ["validate", path] if command == "validate" else run_args(path, tmp_path)
+    text = refused(tmp_path, *args)
+    assert text == (f"error: model.vocab_size={largest} is smaller than the vocabulary of "
+                    f"'{uri}' ({n} token ids); give model.vocab_size >= {n}")
+
+
+@pytest.mark.parametrize("command", ["validate", "run", "worker"])
+def test_an_http_tracking_uri_where_nothing_listens_is_refused(tmp_path, command):
+    from testsupport import free_port
+
+    port = free_port()
+    path = spec_file(tmp_path, tracking={"uri": f"http://alice:s3cret@127.0.0.1:{port}/ml"})
+    args = ["validate", path] if command == "validate" else [command, path, "--out",
+                                                              tmp_path / "out"]
+    text = refused(tmp_path, *args)
+    assert text == (f"error: tracking.uri http://127.0.0.1:{port}/ml: no MLflow server answers "
+                    f"there (nothing accepts a connection at 127.0.0.1:{port}: Connection "
+                    "refused); start it (mlflow server --host 127.0.0.1 --port PORT) or fix "
+                    "the address")
+    assert "s3cret" not in text and "alice" not in text

@@ -147,11 +147,15 @@ def test_tracking_scheme_from_the_environment_is_named(tmp_path, monkeypatch):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("uri", ["sqlite:///x/mlflow.db", "http://127.0.0.1:5000",
+@pytest.mark.parametrize("uri", ["sqlite:///x/mlflow.db", "http://127.0.0.1:PORT",
                                  "postgresql+psycopg2://u@h/db", "file:///tmp/mlruns",
                                  "./mlruns", "/abs/mlruns"])
 def test_tracking_uris_mlflow_opens_pass(uri):
-    check_inputs(parse_spec(spec_dict(tracking={"uri": uri})))
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as listening:  # an http URI must be listened at
+        uri = uri.replace("PORT", str(listening.getsockname()[1]))
+        check_inputs(parse_spec(spec_dict(tracking={"uri": uri})))
 
 
 # ---------------------------------------------------------------------------- data, clean-up

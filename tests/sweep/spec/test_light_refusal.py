@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from testsupport import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 HEAVY = ("torch", "mlflow", "optuna", "scipy", "pandas", "datasketch", "numpy")
@@ -50,6 +51,9 @@ def _bad_specs(tmp_path):
         "rule": {**GOOD, "model": {**GOOD["model"], "n_heads": 3}},
         "data": {**GOOD, "data": "text:/nonexistent/corpus.txt"},
         "tracking": {**GOOD, "tracking": {"uri": "ftp://example.com/store"}},
+        "vocab": {**GOOD, "model": {**GOOD["model"], "vocab_size": 8}},
+        "no-server": {**GOOD, "tracking": {"uri": f"http://127.0.0.1:{free_port()}"}},
+        "device": {**GOOD, "train": {**GOOD["train"], "device": "mps"}},
     }
     paths = {}
     for case, data in cases.items():
