@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TypeVar, get_args
+from typing import TYPE_CHECKING, TypeVar, get_args
 
 import typer
 
@@ -18,6 +18,9 @@ from sweep.cli.common import SET_FORMS, app, as_bad_input, bad_input, parse_sets
 from sweep.cli.estimate_table import estimate_table
 from sweep.folder import RUNS, out_problem, system_folder
 from sweep.schema import TrialState
+
+if TYPE_CHECKING:
+    from sweep_models.config import ModelConfig
 
 
 def _check_save_dir(save: str | None) -> None:
@@ -255,8 +258,9 @@ def sample(
 
     Only models trained on a byte-level corpus (``builtin:``, ``text:``) read and write text;
     a model of token ids (``tokens:``, ``synthetic:``) is refused, as is an encoder-decoder
-    model (it maps a source to a target, it does not continue text). The same seed gives the
-    same text. Exits 2 for bad input.
+    model (it maps a source to a target, it does not continue text), as is a ``config.json``
+    whose weights would not fit the device's memory (checked before anything is allocated).
+    The same seed gives the same text. Exits 2 for bad input.
     """
     from sweep.train.saved import read_saved_config
 
@@ -272,6 +276,7 @@ def sample(
     if saved.model.arch != "decoder_only":
         bad_input(f"MODEL_DIR {model_dir}: an {saved.model.arch} model maps a source window to "
                   "a target; sweep sample continues text with a decoder_only model")
+    _check_model_fits(model_dir, saved.model, device)
     from sweep.train.generate import BYTE_VOCAB, decode_bytes, encode_text, generate
 
     ids = encode_text(prompt)
@@ -290,6 +295,29 @@ def sample(
                           "temperature": temperature, "seed": seed, "model_dir": model_dir}))
         return
     typer.echo(prompt + text)
+
+
+def _check_model_fits(model_dir: str, model: ModelConfig, device: str) -> None:
+    """Exit 2 unless the fp32 weights of ``model`` (a folder's ``config.json``) fit ``device``.
+
+    Checked from the config before torch allocates anything: the cost model's exact parameter
+    count (`sweep_models.cost.params.param_count`) times 4 bytes, against the memory
+    `sweep.space.device_memory_bytes` gives the device (as ``sweep train`` checks a config).
+    """
+    from sweep.space import device_memory_bytes
+    from sweep.train.saved import CONFIG_FILE
+    from sweep_models.cost.params import param_count
+
+    try:
+        have = device_memory_bytes(device)
+    except ValueError as exc:  # an unknown or unavailable device (sweep.train.hardware)
+        bad_input(f"--device: {exc}")
+    n_params = param_count(model)
+    if 4.0 * n_params > have:
+        bad_input(f"MODEL_DIR {model_dir}: {CONFIG_FILE} model.d_model={model.d_model}, "
+                  f"model.n_layers={model.n_layers}, model.vocab_size={model.vocab_size}: "
+                  f"{n_params:.3g} parameters need {4.0 * n_params / 1e9:.3g} GB as fp32 "
+                  f"weights, over the {have / 1e9:.3g} GB of {device}")
 
 
 _Choice = TypeVar("_Choice", bound=str)

@@ -243,3 +243,26 @@ def test_an_http_tracking_uri_where_nothing_listens_is_refused(tmp_path, command
                     "refused); start it (mlflow server --host 127.0.0.1 --port PORT) or fix "
                     "the address")
     assert "s3cret" not in text and "alice" not in text
+
+
+# ---------------------------------------------- a model folder whose config.json cannot fit
+@pytest.mark.parametrize(("field", "value"), [("d_model", 10**9), ("n_layers", 10**7)])
+def test_sample_refuses_a_config_json_whose_weights_cannot_fit_before_allocating(
+        tmp_path, field, value):
+    import json
+
+    from sweep.train.saved import CONFIG_FILE, FORMAT, TORCH_FILE
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    model = {"vocab_size": 256, "seq_len": 64, "d_model": 64, "n_heads": 8, "n_layers": 2,
+             field: value}
+    (folder / CONFIG_FILE).write_text(json.dumps({"format": FORMAT, "model": model,
+                                                  "byte_level": True,
+                                                  "data": "builtin:python-stdlib"}))
+    (folder / TORCH_FILE).write_bytes(b"weights that are never read")
+    text = refused(tmp_path, "sample", folder, "--prompt", "def ")
+    assert text.startswith(f"error: MODEL_DIR {folder}: config.json model.d_model="
+                           f"{model['d_model']}, model.n_layers={model['n_layers']}, "
+                           "model.vocab_size=256: "), text
+    assert "GB as fp32 weights, over the" in text and text.endswith("GB of cpu")
