@@ -206,6 +206,9 @@ def coord_check(
     (growing) under SP. Writes the figure (one panel per step) and the records. Exits 2 for
     bad input.
     """
+    from sweep.study.preflight import check_device
+
+    check_device("--device", device)
     if lr is not None and not (math.isfinite(lr) and lr > 0):
         bad_input(f"--lr {lr}: must be a finite number > 0")
     config, train, width_list, pars, uri, spec = _resolve(

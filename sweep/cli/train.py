@@ -107,6 +107,7 @@ def train(
     Exits 0 when training completes, 1 when it diverges, 2 for bad input.
     """
     overrides = split_sets(parse_sets(sets))
+    _check_device_flag(device)
     problem = out_problem("--out", out, force=force_out) if out is not None else None
     if problem is not None:
         bad_input(problem)
@@ -264,6 +265,7 @@ def sample(
     """
     from sweep.train.saved import read_saved_config
 
+    _check_device_flag(device)
     if not math.isfinite(temperature):
         bad_input(f"--temperature {temperature}: must be a finite number >= 0")
     if not prompt:
@@ -295,6 +297,14 @@ def sample(
                           "temperature": temperature, "seed": seed, "model_dir": model_dir}))
         return
     typer.echo(prompt + text)
+
+
+def _check_device_flag(device: str | None) -> None:
+    """``--device``, when given, is one a model trains on (`sweep.study.preflight.check_device`)."""
+    from sweep.study.preflight import check_device
+
+    if device is not None:
+        check_device("--device", device)
 
 
 def _check_model_fits(model_dir: str, model: ModelConfig, device: str) -> None:

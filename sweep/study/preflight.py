@@ -38,8 +38,9 @@ if TYPE_CHECKING:
     from sweep.data import Corpus
     from sweep.space import SpaceSummary
 
-__all__ = ["TRACKING_SCHEMES", "PreflightError", "check_gpus", "check_inputs", "check_space",
-           "check_stores", "local_gpus_missing", "preflight"]
+__all__ = ["DEVICE_FORMS", "TRACKING_SCHEMES", "PreflightError", "check_device", "check_gpus",
+           "check_inputs", "check_space", "check_stores", "check_vocab", "local_gpus_missing",
+           "preflight"]
 
 #: Schemes of an MLflow tracking URI that a study accepts: a tracking server, a database
 #: (``postgresql+psycopg2`` and other drivers included) or a local folder (``file``, or a path
@@ -64,7 +65,14 @@ def _spec_devices(spec: StudySpec) -> list[str]:
 DEVICE_FORMS = "auto, cpu, cuda or cuda:N"
 
 
-def _check_device(source: str, value: str) -> None:
+def check_device(source: str, value: str) -> None:
+    """Refuse a device no study trains on (`DEVICE_FORMS`), or a CUDA device this machine lacks.
+
+    Torch is loaded only for ``cuda`` where a CUDA driver is present.
+
+    Raises:
+        PreflightError: Naming ``source`` (``--device``, ``train.device``) and the rule.
+    """
     if value in ("auto", "cpu"):
         return
     cuda = re.fullmatch(r"cuda(:\d+)?", value) is not None
@@ -230,10 +238,10 @@ def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None
         sweep.data.DataError: For the corpus, naming its URI.
     """
     if device is not None:
-        _check_device("--device", device)
+        check_device("--device", device)
     else:
         for value in _spec_devices(spec):
-            _check_device("train.device", value)
+            check_device("train.device", value)
     _check_tracking_uri(spec)
     if out is not None:
         if str(out) in ("", "."):

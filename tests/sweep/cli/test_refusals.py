@@ -266,3 +266,15 @@ def test_sample_refuses_a_config_json_whose_weights_cannot_fit_before_allocating
                            f"{model['d_model']}, model.n_layers={model['n_layers']}, "
                            "model.vocab_size=256: "), text
     assert "GB as fp32 weights, over the" in text and text.endswith("GB of cpu")
+
+
+@pytest.mark.parametrize("command", ["train", "coord-check", "sample"])
+def test_device_flag_of_the_model_commands_is_refused_in_one_line(tmp_path, command):
+    """Before a corpus is prepared or a model built: nothing is written (coord-check wrote its
+    corpus, then raised a traceback from torch)."""
+    args = {"train": ["train", "--preset", "tiny", "--no-track", "--out", tmp_path / "out"],
+            "coord-check": ["coord-check", "tiny", "--out", tmp_path / "out"],
+            "sample": ["sample", tmp_path / "model", "--prompt", "x"]}[command]
+    text = refused(tmp_path, *args, "--device", "mps")
+    assert text == ("error: --device='mps': not a device a study trains on; use auto, cpu, "
+                    "cuda or cuda:N")
