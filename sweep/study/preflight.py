@@ -19,18 +19,20 @@ import errno
 import os
 import re
 import shutil
-import socket
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweep.data import DataError, check_corpus
-from sweep.errors import InputError
 from sweep.folder import StudyFolder, out_problem
 from sweep.schema import METRIC_N_PARAMS
 from sweep.spec import ChoiceDomain, StudySpec
-from sweep.spec.values import candidates, section_defaults
+from sweep.study.light_checks import (
+    TRACKING_SCHEMES,
+    PreflightError,
+    check_tracking_uri,
+    check_vocab,
+    largest_vocab,
+)
 from sweep.study.stores import store_problem
 from sweep.train.cuda_probe import no_cuda_driver
 
@@ -41,17 +43,6 @@ if TYPE_CHECKING:
 __all__ = ["DEVICE_FORMS", "TRACKING_SCHEMES", "PreflightError", "check_device", "check_gpus",
            "check_inputs", "check_space", "check_stores", "check_vocab", "local_gpus_missing",
            "preflight"]
-
-#: Schemes of an MLflow tracking URI that a study accepts: a tracking server, a database
-#: (``postgresql+psycopg2`` and other drivers included) or a local folder (``file``, or a path
-#: with no scheme).
-TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "file",
-                    "databricks")
-
-
-class PreflightError(InputError, ValueError):
-    """The study cannot start or could never train a trial; found before anything is written."""
-
 
 def _spec_devices(spec: StudySpec) -> list[str]:
     """The device strings ``train.device`` may take (a fixed value or a choice's options)."""
@@ -93,58 +84,6 @@ def check_device(source: str, value: str) -> None:
         pick_device(value)
     except ValueError as exc:
         raise PreflightError(f"{source}: {exc}") from None
-
-
-def _check_tracking_uri(spec: StudySpec) -> None:
-    uri = spec.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
-    if not uri:
-        return  # the study's own SQLite store
-    source = spec.tracking_uri_source()
-    try:
-        scheme = urllib.parse.urlsplit(uri).scheme.lower()
-    except ValueError as exc:
-        raise PreflightError(f"{source}: not a valid URI ({exc})") from None
-    # A one-letter scheme is a Windows drive (C:\...), which MLflow reads as a folder.
-    if scheme in ("http", "https"):
-        _check_listening(source, uri)
-    if len(scheme) <= 1 or scheme.split("+", 1)[0] in TRACKING_SCHEMES:
-        return
-    raise PreflightError(f"{source}: scheme {scheme!r} is not an MLflow tracking store this "
-                         f"service opens; use one of {', '.join(TRACKING_SCHEMES)}, or a folder "
-                         "path")
-
-
-#: Seconds `_check_listening` waits for a tracking server's port to accept a connection.
-CONNECT_TIMEOUT_S = 3.0
-
-
-def _check_listening(source: str, uri: str) -> None:
-    """Refuse an ``http(s)://`` tracking URI whose host and port accept no connection.
-
-    One TCP connection, `CONNECT_TIMEOUT_S` at most, without MLflow: what ``sweep run`` would
-    find only after loading it (`sweep.tracking.check_reachable`, which also asks the server's
-    ``/health``, runs later). A host reached through a proxy (``HTTP(S)_PROXY``) is left to
-    that check. The message shows the URL without its user and password.
-    """
-    parts = urllib.parse.urlsplit(uri)
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        return  # a port out of range: check_reachable names it
-    host = parts.hostname
-    if not host or (parts.scheme in urllib.request.getproxies()
-                    and not urllib.request.proxy_bypass(host)):
-        return
-    try:
-        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
-            return
-    except OSError as exc:
-        reason = exc.strerror or str(exc) or type(exc).__name__
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    shown = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-    raise PreflightError(f"{source} {shown}: no MLflow server answers there (nothing accepts a "
-                         f"connection at {netloc}: {reason}); start it (mlflow server --host "
-                         "127.0.0.1 --port PORT) or fix the address")
 
 
 def check_stores(spec: StudySpec, out: Path | None = None) -> None:
@@ -242,7 +181,7 @@ def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None
     else:
         for value in _spec_devices(spec):
             check_device("train.device", value)
-    _check_tracking_uri(spec)
+    check_tracking_uri(spec)
     if out is not None:
         if str(out) in ("", "."):
             raise PreflightError("--out: give the study its own folder, not the current one")
@@ -252,33 +191,7 @@ def check_inputs(spec: StudySpec, out: Path | None = None, *, device: str | None
         check_gpus(spec, ray_address)
     check_stores(spec, out)
     check_vocab(spec, check_corpus(spec.data.uri, vocab_size=spec.data.vocab_size),
-                _largest_vocab(spec))
-
-
-def _largest_vocab(spec: StudySpec) -> int | None:
-    """The largest ``model.vocab_size`` the space can take, from the spec alone.
-
-    ``model.vocab_size`` (a value, a choice's options or a range's high end), else
-    ``data.vocab_size``, else the preset's or `sweep_models.ModelConfig`'s default, as
-    `sweep.space.sampling.build_configs` resolves it.
-    """
-    value = spec.model.get("vocab_size")
-    if value is None:
-        value = spec.data.vocab_size or section_defaults(spec, "model")["vocab_size"]
-    ints = [v for v in candidates(value) if isinstance(v, int)]
-    return max(ints) if ints else None
-
-
-def check_vocab(spec: StudySpec, corpus_vocab: int, largest: int | None) -> None:
-    """Refuse a space whose largest ``model.vocab_size`` is below the corpus's vocab size.
-
-    Raises:
-        PreflightError: Naming ``model.vocab_size``, the corpus and its number of token ids.
-    """
-    if largest is not None and largest < corpus_vocab:
-        raise PreflightError(f"model.vocab_size={largest} is smaller than the vocabulary of "
-                             f"{spec.data.uri!r} ({corpus_vocab} token ids); give "
-                             f"model.vocab_size >= {corpus_vocab}")
+                largest_vocab(spec))
 
 
 def check_space(spec: StudySpec, *, device: str | None = None,
