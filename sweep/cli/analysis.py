@@ -11,7 +11,7 @@ from typing import Any
 
 from sweep.cli import common
 from sweep.cli.common import as_bad_input, bad_input
-from sweep.folder import StudyFolder, find_store, missing_store
+from sweep.folder import StudyFolder, find_store, missing_store, system_folder
 
 __all__ = ["check_local_store", "default_out", "out_folder", "print_done", "study_spec"]
 
@@ -55,7 +55,14 @@ def study_spec(attrs: dict[str, Any], without: str) -> Any:
 
 
 def out_folder(out: str | None, points: Any, study: str | None) -> Path:
-    """``--out`` or the default folder, created; exits 2 when it cannot be."""
+    """``--out`` or the default folder, created.
+
+    Exits 2 when it cannot be created, or when ``--out`` is the root, a home or a system
+    folder (`sweep.folder.system_folder`).
+    """
+    reason = system_folder(out) if out else None
+    if reason is not None:
+        bad_input(f"--out {out}: {reason}")
     folder = Path(out) if out else default_out(points, study)
     with as_bad_input(f"--out {folder}", OSError):
         folder.mkdir(parents=True, exist_ok=True)

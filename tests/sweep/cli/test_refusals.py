@@ -278,3 +278,15 @@ def test_device_flag_of_the_model_commands_is_refused_in_one_line(tmp_path, comm
     text = refused(tmp_path, *args, "--device", "mps")
     assert text == ("error: --device='mps': not a device a study trains on; use auto, cpu, "
                     "cuda or cuda:N")
+
+
+@pytest.mark.parametrize(("out", "reason"), SYSTEM[:4])
+def test_analyze_out_refuses_the_root_and_system_folders(tmp_path, out, reason):
+    from testsupport import law
+
+    rows = ["n_params,n_tokens,loss"] + [f"{n:g},{d:g},{law(n, d):.6f}"
+                                         for n in (1e6, 4e6, 1.6e7) for d in (1e8, 1e9, 1e10)]
+    (tmp_path / "points.csv").write_text("\n".join(rows) + "\n")
+    text = refused(tmp_path, "analyze", "scaling", "--csv", tmp_path / "points.csv",
+                   "--approach", "3", "--bootstrap", "0", "--out", out)
+    assert text.startswith(f"error: --out {out}: {reason}"), text
