@@ -1,7 +1,8 @@
 """The ``sweep`` Typer app and what every command shares.
 
-Consoles; the exit-2 message for bad input, given in one place for every
-`sweep.errors.InputError` and `sweep_models.ConfigError` a command raises; ``--set`` parsing:
+Consoles, which pass every line through `sweep.redact.redact` (no secret is shown); the exit-2
+message for bad input, given in one place for every `sweep.errors.InputError` and
+`sweep_models.ConfigError` a command raises; ``--set`` parsing:
 one syntax for every command that takes config fields (``sweep estimate``, ``sweep train``),
 ``FIELD=VALUE`` or ``SECTION.FIELD=VALUE`` (``d_model=96`` and ``model.d_model=96`` are the
 same flag).
@@ -20,6 +21,7 @@ from rich.console import Console
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
 from sweep.errors import InputError
+from sweep.redact import redact
 from sweep_models.errors import ConfigError
 
 
@@ -89,10 +91,17 @@ def command_group(**kwargs) -> typer.Typer:
     return _Typer(**kwargs)
 
 
-console = Console()
+class RedactingConsole(Console):
+    """A rich `Console` whose printed text passes through `sweep.redact.redact` first."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: D102 (Console.print's)
+        super().print(*(redact(o) if isinstance(o, str) else o for o in objects), **kwargs)
 
 
-err_console = Console(stderr=True)
+console = RedactingConsole()
+
+
+err_console = RedactingConsole(stderr=True)
 
 
 def bad_input(message: str) -> NoReturn:

@@ -16,6 +16,7 @@ from sweep.cli import common
 from sweep.cli.common import app, as_bad_input, bad_input
 from sweep.cli.inputs import check_study_inputs, load_study_spec
 from sweep.folder import StudyFolder
+from sweep.redact import redact, shown_uri
 from sweep.schema import (
     METRIC_BASELINE,
     METRIC_BEST_VAL_LOSS,
@@ -106,15 +107,15 @@ def run(
         common.stopped(str(exc), exc.exit_code)
     counts = {k.lower(): v for k, v in summary.counts.items() if v}
     if as_json:
-        print(json.dumps({
+        print(redact(json.dumps({
             "study": summary.name, "state": summary.state, "counts": counts,
             METRIC_BEST_VAL_LOSS: summary.best_val_loss if math.isfinite(summary.best_val_loss)
             else None,
             "best_trial": summary.best_trial,
             METRIC_BASELINE: summary.baseline_unigram_loss,
-            "out_dir": str(summary.out_dir), "tracking_uri": summary.tracking_uri,
+            "out_dir": str(summary.out_dir), "tracking_uri": shown_uri(summary.tracking_uri),
             "parent_run_id": summary.parent_run_id, "notes": summary.notes,
-        }))
+        })))
     elif not quiet:
         _print_top_trials(summary, spec.tracking.experiment or spec.name)
     else:  # the progress lines said these; quiet runs still hear what was left out
@@ -124,7 +125,7 @@ def run(
     if summary.state != TrialState.COMPLETE:
         common.err_console.print(
             f"[bold red]study {summary.name}: no trial completed[/] ({counts or 'no trials'}); "
-            f"see the trials' {TAG_FAIL_REASON} tags in {summary.tracking_uri}",
+            f"see the trials' {TAG_FAIL_REASON} tags in {shown_uri(summary.tracking_uri)}",
             highlight=False, soft_wrap=True)
         raise typer.Exit(code=1)
 
@@ -159,7 +160,7 @@ def _print_top_trials(summary: StudySummary, experiment: str, top: int = 5) -> N
     common.console.print(f"{counts}; best val_loss {best}; unigram baseline "
                   f"{summary.baseline_unigram_loss:.4f} nats/token", highlight=False)
     common.console.print(
-        f"MLflow store: {summary.tracking_uri}  (browse: sweep ui {summary.out_dir})",
+        f"MLflow store: {shown_uri(summary.tracking_uri)}  (browse: sweep ui {summary.out_dir})",
                   highlight=False, soft_wrap=True)
 
 
@@ -207,7 +208,7 @@ def worker(
     check_study_inputs(spec, out_dir, device, space=True)
     from sweep.executors import optuna as optuna_executor
     from sweep.study.trial import StudyContext
-    from sweep.tracking import TrialContext, check_reachable, find_study, shown_uri
+    from sweep.tracking import TrialContext, check_reachable, find_study
 
     uri = spec.tracking_uri(out_dir)
     check_reachable(uri, spec.tracking_uri_source())
@@ -275,7 +276,7 @@ def sync(
             bad_input(f"{buffer}: the study's tracking URI hides its password "
                       "(it is never stored); give it with --tracking-uri")
         uris.add(uri)
-    from sweep.tracking import UnreachableStoreError, check_reachable, shown_uri
+    from sweep.tracking import UnreachableStoreError, check_reachable
     from sweep.tracking.buffer import sync_to
 
     for uri in sorted(uris):

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sweep.cluster.connection import ClusterError
+from sweep.redact import shown_uri
 from sweep.schema import (
     JOB_CODE,
     JOB_EXPERIMENT,
@@ -53,19 +54,6 @@ __all__ = ["STOP_GRACE_S", "JobRequest", "check_submittable", "default_out", "jo
 STOP_GRACE_S = 60
 _SERVER_SCHEMES = ("http", "https")
 _PATH_SCHEMES = ("text", "tokens")
-
-
-def _shown(uri: str) -> str:
-    """``uri`` with the password of its userinfo as ``***``, without loading MLflow.
-
-    `sweep.tracking.shown_uri` does the same (and more: query passwords) but imports MLflow,
-    which a refusal here must not wait for.
-    """
-    try:
-        password = urllib.parse.urlsplit(uri).password
-    except ValueError:
-        return uri.split("://", 1)[0] + "://***"
-    return uri.replace(f":{password}@", ":***@", 1) if password is not None else uri
 
 
 def _devices_priced_here(spec: StudySpec) -> bool:
@@ -94,7 +82,7 @@ def _check_stores(spec: StudySpec) -> None:
     uri = spec.tracking.uri
     if uri is not None and urllib.parse.urlsplit(uri).scheme.lower() not in _SERVER_SCHEMES:
         raise ClusterError(
-            f"tracking.uri {_shown(uri)}: a store on the cluster's disk, which this "
+            f"tracking.uri {shown_uri(uri)}: a store on the cluster's disk, which this "
             "machine cannot read once the study has run there; set tracking.uri to an MLflow "
             "tracking server the cluster reaches (http://HOST:5000), or leave it out where "
             "the cluster sets MLFLOW_TRACKING_URI to one")
@@ -145,7 +133,7 @@ def results_uri(spec: StudySpec, cluster_uri: str | None) -> tuple[str, str]:
         ClusterError: Neither is set, or the cluster's is not a tracking server.
     """
     if spec.tracking.uri:
-        return _shown(spec.tracking.uri), "tracking.uri"
+        return shown_uri(spec.tracking.uri), "tracking.uri"
     if not cluster_uri:
         raise ClusterError(
             "tracking.uri is not set and the cluster has no MLFLOW_TRACKING_URI, so the study "

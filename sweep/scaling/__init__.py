@@ -38,7 +38,7 @@ _LAZY = {
     "fit_vpnls": "sweep.scaling.vpnls",
     "load_curves": "sweep.scaling.runs",
     "load_runs": "sweep.scaling.runs",
-    "read_csv_points": "sweep.scaling.runs",
+    "read_csv_points": "sweep.scaling.points_csv",
     "ScalingReport": "sweep.scaling.report",
     "analyze": "sweep.scaling.report",
 }

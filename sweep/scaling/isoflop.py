@@ -100,6 +100,9 @@ def _curve(budget: float, log_n: np.ndarray, loss: np.ndarray, weights=None) -> 
         warnings.append(f"C={budget:.3g}: the minimum lies at the {side} sampled size (position "
                         f"{position:.2f} of the range); re-centre the sizes on it")
     loss_opt = float(c0 + c1 * vertex + c2 * vertex**2)
+    if not loss_opt > 0:
+        warnings.append(f"C={budget:.3g}: the parabola's minimum loss {loss_opt:.3g} is not > 0; "
+                        "the sizes do not trace a minimum")
     return IsoFLOPCurve(budget, int(log_n.size), (float(c0), float(c1), float(c2)),
                         math.exp(vertex), loss_opt, float(position), warnings)
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sweep.scaling.limits import check_limits
+
 __all__ = ["DEFAULT_LEVEL", "FitError", "FitResult", "dropped_note", "finite_rows"]
 
 #: Confidence level of bootstrap intervals unless a fit is told otherwise.
@@ -64,21 +66,26 @@ class FitResult:
 def finite_rows(names: tuple[str, ...], *columns) -> tuple[list[np.ndarray], tuple[int, ...]]:
     """Columns as float arrays of equal length, without the rows holding a NaN or an infinity.
 
+    Every finite value must lie in its column's range (`sweep.scaling.limits.LIMITS`, by
+    name), so that no solver is given a number its arithmetic overflows on.
+
     Args:
-        names: A name per column, for the error message.
+        names: A name per column, for the error message and its range.
         *columns: Array-likes of shape ``(n,)``.
 
     Returns:
         The columns with the non-finite rows removed (order kept), and those rows' input indices.
 
     Raises:
-        FitError: Columns of different lengths.
+        FitError: Columns of different lengths, or a finite value outside its column's range
+            (the column, the input row and the value named).
     """
     arrays = [np.asarray(c, dtype=float).ravel() for c in columns]
     sizes = [a.size for a in arrays]
     if len(set(sizes)) > 1:
         listed = ", ".join(f"{n} {s}" for n, s in zip(names, sizes, strict=True))
         raise FitError(f"columns of different lengths: {listed} values")
+    check_limits(names, arrays, FitError)
     keep = np.ones(sizes[0] if sizes else 0, dtype=bool)
     for a in arrays:
         keep &= np.isfinite(a)

@@ -1,10 +1,10 @@
 """A scaling study's trials as the points the fits take: one row per trained trial.
 
-`load_runs` reads a study back from MLflow (final losses, for approaches 2 and 3),
-`load_curves` every evaluation of the trained trials (for approach 1, the lower envelope) and
-`read_csv_points` a plain table of points. Rows that cannot enter a fit (failed, diverged,
-infeasible, pruned or interrupted trials, non-finite values) are dropped and counted in
-``frame.attrs["excluded"]``, never silently.
+`load_runs` reads a study back from MLflow (final losses, for approaches 2 and 3) and
+`load_curves` every evaluation of the trained trials (for approach 1, the lower envelope);
+`sweep.scaling.points_csv` reads a plain table of points into the same frame. Rows that cannot
+enter a fit (failed, diverged, infeasible, pruned or interrupted trials, non-finite values) are
+dropped and counted in ``frame.attrs["excluded"]``, never silently.
 
 MLflow and the results table are imported inside the functions that read a store, so
 ``import sweep.scaling`` stays light.
@@ -34,8 +34,8 @@ from sweep.schema import (
     TrialState,
 )
 
-__all__ = ["LOSS", "N_PARAMS_CONVENTIONS", "POINT_COLUMNS", "PointsError", "column",
-           "load_curves", "load_runs", "load_study", "read_csv_points"]
+__all__ = ["COUNTS", "LOSS", "NEEDED", "N_PARAMS_CONVENTIONS", "POINT_COLUMNS", "PointsError",
+           "column", "drop_unusable", "load_curves", "load_runs", "load_study"]
 
 #: The fitted loss column: a trial's final validation loss, nats/token.
 LOSS = "loss"
@@ -46,13 +46,9 @@ POINT_COLUMNS = ("trial", "run_id", "state", METRIC_N_PARAMS, METRIC_N_PARAMS_NO
                  METRIC_N_TOKENS, METRIC_TRAIN_FLOPS, METRIC_BUDGET_FLOPS, LOSS)
 # The param holding a trial's FLOP budget when no budget metric was logged.
 _BUDGET_PARAM = "train.flops"
-# Columns a fit needs finite, and which of them must be > 0 (the counts).
-_NEEDED = (LOSS, METRIC_N_PARAMS, METRIC_N_TOKENS)
-_COUNTS = (METRIC_N_PARAMS, METRIC_N_TOKENS)
-# Optional CSV columns: points column -> its spellings, the CSV's own first; the second is what
-# `load_runs` writes, so a points frame saved with ``to_csv`` reads back.
-_CSV_OPTIONAL = {METRIC_TRAIN_FLOPS: ("flops", METRIC_TRAIN_FLOPS),
-                 METRIC_BUDGET_FLOPS: ("budget", METRIC_BUDGET_FLOPS)}
+#: Columns a fit needs finite, and which of them must be > 0 (the counts).
+NEEDED = (LOSS, METRIC_N_PARAMS, METRIC_N_TOKENS)
+COUNTS = (METRIC_N_PARAMS, METRIC_N_TOKENS)
 
 
 class PointsError(InputError, ValueError):
@@ -79,7 +75,7 @@ def _param_metric(convention: str) -> str:
                          f"{', '.join(N_PARAMS_CONVENTIONS)}") from None
 
 
-def _drop_unusable(frame: pd.DataFrame, columns: tuple[str, ...], positive: tuple[str, ...],
+def drop_unusable(frame: pd.DataFrame, columns: tuple[str, ...], positive: tuple[str, ...],
                    excluded: Counter) -> pd.DataFrame:
     """Rows whose ``columns`` are finite (and > 0 for ``positive``); the others counted.
 
@@ -191,7 +187,7 @@ def _points(trials: list[dict], attrs: dict, count_metric: str, n_params: str) -
             excluded[str(trial["state"])] += 1
             continue
         rows.append(_row(trial, count_metric))
-    frame = _drop_unusable(_frame(rows), _NEEDED, _COUNTS, excluded)
+    frame = drop_unusable(_frame(rows), NEEDED, COUNTS, excluded)
     frame.attrs.update(attrs, n_trials=len(trials), excluded=dict(excluded),
                        n_params_convention=n_params)
     return frame
@@ -264,7 +260,7 @@ def _curves(trials: list[dict], attrs: dict, count_metric: str, n_params: str,
     columns = ["run_id", "trial", METRIC_N_PARAMS, METRIC_TOKENS, "flops", METRIC_VAL_LOSS]
     frame = pd.DataFrame(rows, columns=columns)
     frame = frame.sort_values(["trial", METRIC_TOKENS], kind="stable")
-    frame = _drop_unusable(frame, (METRIC_VAL_LOSS, METRIC_N_PARAMS, METRIC_TOKENS),
+    frame = drop_unusable(frame, (METRIC_VAL_LOSS, METRIC_N_PARAMS, METRIC_TOKENS),
                            (METRIC_N_PARAMS, METRIC_TOKENS), excluded)
     frame.attrs.update(attrs, n_trials=len(trials), excluded=dict(excluded),
                        n_params_convention=n_params)
@@ -297,78 +293,3 @@ def load_study(study_or_store: str | Path, *, tracking_uri: str | None = None,
         return points, None
     return points, _curves(trials, attrs, count_metric, n_params,
                            (TrialState.COMPLETE, TrialState.PRUNED))
-
-
-def _numbers(path: Path, raw: pd.Series, name: str) -> pd.Series:
-    """A column as floats, refusing text that is no number and negative (or zero) values.
-
-    Empty, nan and inf are kept, to be dropped and counted as non-finite.
-    """
-    values = pd.to_numeric(raw, errors="coerce")
-    text = raw.astype(str).str.strip().str.lower()
-    blank = raw.isna() | text.isin(("", "nan", "inf", "-inf", "+inf", "infinity"))
-    for mask, rule in ((values.isna() & ~blank, "is not a number"),
-                       (values < 0, "is negative"),
-                       ((values == 0) & (name != LOSS), "is zero (a count must be > 0)")):
-        if mask.any():
-            row = int(np.flatnonzero(mask.to_numpy())[0])
-            raise PointsError(f"{path}: column {name}, line {row + 2}: "
-                              f"'{str(raw.iloc[row]).strip()}' {rule}")
-    return values
-
-
-def read_csv_points(path: str | Path) -> pd.DataFrame:
-    """Points from a CSV table, for fitting without a study.
-
-    Args:
-        path: A CSV file with columns ``n_params`` (parameters), ``n_tokens`` (training
-            tokens) and ``loss`` (nats/token), and optionally ``flops`` (the run's training
-            FLOPs) and ``budget`` (its FLOP budget: the IsoFLOP group of approach 2).
-            ``train_flops`` and ``budget_flops`` are read as ``flops`` and ``budget``, so a
-            `load_runs` frame written with ``to_csv`` reads back. Empty, ``nan`` and ``inf``
-            values count as non-finite.
-
-    Returns:
-        Columns `POINT_COLUMNS` (``trial`` the row number, ``run_id`` and ``state`` empty,
-        ``train_flops`` and ``budget_flops`` NaN where the file lacks them,
-        ``n_params_non_embedding`` NaN unless given), then the file's other columns. Rows
-        with a non-finite loss or a non-finite or non-positive count are dropped and counted
-        in ``frame.attrs["excluded"]``; ``frame.attrs["source"]`` is the path and
-        ``frame.attrs["n_params_convention"]`` ``"as given"``.
-
-    Raises:
-        PointsError: The file cannot be read, lacks required columns (every missing one is
-            named), holds text that is no number or a negative (or, for a count, zero) value
-            in a numeric column (the column, line and value named), or has no row whose
-            required values are all usable.
-    """
-    path = Path(path)
-    try:
-        table = pd.read_csv(path)
-    except FileNotFoundError:
-        raise PointsError(f"{path}: no such file") from None
-    except (OSError, ValueError) as exc:  # pandas' ParserError and EmptyDataError are these
-        raise PointsError(f"{path}: cannot be read as CSV: {exc}") from None
-    table.columns = [str(c).strip() for c in table.columns]
-    missing = [c for c in _NEEDED if c not in table.columns]
-    if missing:
-        raise PointsError(f"{path}: missing column(s) {', '.join(missing)}; it has "
-                          f"{', '.join(table.columns) or 'none'} (required: "
-                          f"{', '.join(_NEEDED)}; optional: flops, budget)")
-    frame = pd.DataFrame({"trial": np.arange(len(table)), "run_id": None, "state": None})
-    for column in POINT_COLUMNS[3:]:
-        spellings = _CSV_OPTIONAL.get(column, (column,))
-        given = next((s for s in spellings if s in table.columns), None)
-        frame[column] = (_numbers(path, table[given], given) if given is not None
-                         else math.nan)
-    spelled = {s for spellings in _CSV_OPTIONAL.values() for s in spellings}
-    others = [c for c in table.columns if c not in frame.columns and c not in spelled]
-    frame = pd.concat([frame, table[others]], axis=1)
-    excluded: Counter = Counter()
-    kept = _drop_unusable(frame, _NEEDED, _COUNTS, excluded)
-    if kept.empty:
-        raise PointsError(f"{path}: no row has a finite {LOSS} and finite, positive "
-                          f"{METRIC_N_PARAMS} and {METRIC_N_TOKENS} ({len(table)} rows read)")
-    kept.attrs.update(source=str(path), n_trials=len(table), excluded=dict(excluded),
-                      n_params_convention="as given")
-    return kept

@@ -50,6 +50,8 @@ VPNLS_BOUNDS = (0.01, 0.99)
 #: Their Nelder-Mead options.
 NELDER_MEAD_OPTIONS = {"xatol": 1e-10, "fatol": 1e-15, "maxiter": 10_000}
 _TINY = 1e-6  # a coefficient below this was clamped by NNLS; an exponent this near a bound
+_MAX_ENTRY = 1e150  # the largest design or loss entry nnls is given: its square is finite
+_MAX_COND = 1e7  # the largest condition number of a design nnls is given (its Gram's: 1e14)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,12 +72,41 @@ def _design(alpha, beta, log_n, log_d):
     return np.column_stack([np.ones_like(log_n), np.exp(-alpha * log_n), np.exp(-beta * log_d)])
 
 
+def _solvable(x, b) -> bool:
+    """Whether ``nnls(x, b)`` is safe: entries finite and at most `_MAX_ENTRY`, bounded condition.
+
+    Entries up to `_MAX_ENTRY` keep every square and sum of squares nnls forms finite. The
+    condition number kappa is that of the 3 columns scaled to unit norm (scaling a column
+    changes neither which NNLS solution is optimal nor the residual; an all-zero column, an
+    underflowed power, counts as a unit column orthogonal to the others, which leaves kappa as
+    it is). Their Gram matrix G has trace 3, so its eigenvalues are at most 3 and the smallest
+    is at least det(G) / 9, whence kappa^2 <= 27 / det(G): a determinant of at least
+    27 / `_MAX_COND`^2 bounds kappa by `_MAX_COND`.
+    """
+    largest = max(float(np.abs(x).max()), float(np.abs(b).max()))
+    if not largest <= _MAX_ENTRY:  # also False for nan
+        return False
+    g = (x.T @ x).tolist()
+    norm = [math.sqrt(g[i][i]) or 1.0 for i in range(3)]
+    c01, c02, c12 = (g[i][j] / (norm[i] * norm[j]) for i, j in ((0, 1), (0, 2), (1, 2)))
+    det = 1 + 2 * c01 * c02 * c12 - c01**2 - c02**2 - c12**2
+    return det * _MAX_COND**2 >= 27
+
+
 def _nnls(alpha, beta, log_n, log_d, y, root_w):
-    """(RSS, (E, A, B)) at fixed exponents; ``root_w`` the square roots of the weights."""
-    x = _design(alpha, beta, log_n, log_d)
+    """(RSS, (E, A, B)) at fixed exponents; ``root_w`` the square roots of the weights.
+
+    Exponents whose design `_solvable` refuses (overflowing, or numerically singular) give an
+    infinite RSS, which Nelder-Mead steps away from; nnls itself never sees them.
+    """
+    with np.errstate(over="ignore", under="ignore"):
+        x = _design(alpha, beta, log_n, log_d) * root_w[:, None]
+    b = y * root_w
+    if not _solvable(x, b):
+        return math.inf, np.full(3, math.nan)
     try:
-        coef, rnorm = nnls(x * root_w[:, None], y * root_w)
-    except (RuntimeError, ValueError):  # nnls' iteration limit, or non-finite columns
+        coef, rnorm = nnls(x, b)
+    except (RuntimeError, ValueError):  # nnls' iteration limit
         return math.inf, np.full(3, math.nan)
     return float(rnorm) ** 2, coef
 

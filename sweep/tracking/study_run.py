@@ -23,6 +23,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
 from sweep.params import unflatten_params
+from sweep.redact import redact, remember
 from sweep.schema import (
     BEST_CONFIG_ARTIFACT,
     KIND_STUDY,
@@ -87,6 +88,7 @@ def _describe_experiment(client: MlflowClient, experiment_id: str, study_name: s
     """Write the experiment's description; the command that created it is kept across resumes."""
     tags = client.get_experiment(experiment_id).tags
     made_by = tags.get(TAG_COMMAND)
+    command = redact(command) if command else command
     if made_by is None and command:
         client.set_experiment_tag(experiment_id, TAG_COMMAND, command[:MAX_TAG_VAL_LENGTH])
     note = experiment_note(study_name, digest, made_by or command,
@@ -153,6 +155,8 @@ class StudyTracker:
             ResumeError: When resuming and `check_resume_compatible` refuses the new spec.
         """
         tracking_uri = absolute_uri(tracking_uri)
+        remember(tracking_uri)
+        command = redact(command) if command else command
         ensure_store(tracking_uri)
         client = MlflowClient(tracking_uri)
         experiment_id = get_or_create_experiment(client, tracking_uri, study_name)
@@ -231,7 +235,7 @@ class StudyTracker:
         if exc is None:
             self.finish()
         else:
-            reason = f"{type(exc).__name__}: {exc}"[:MAX_TAG_VAL_LENGTH]
+            reason = redact(f"{type(exc).__name__}: {exc}")[:MAX_TAG_VAL_LENGTH]
             tags = [RunTag(TAG_STATE, TrialState.FAILED.value), RunTag(TAG_FAIL_REASON, reason)]
             self.client.log_batch(self.parent_run_id, tags=tags)
             self.client.set_terminated(self.parent_run_id, RunStatus.to_string(RunStatus.FAILED))
@@ -283,7 +287,7 @@ class StudyTracker:
         metrics[METRIC_TRIALS_RETRIED] = sum(1 for t in trials if t.get("retry_of") is not None)
         tags = [RunTag(TAG_STATE, state.value)]
         if interrupted is not None:
-            tags.append(RunTag(TAG_FAIL_REASON, interrupted[:MAX_TAG_VAL_LENGTH]))
+            tags.append(RunTag(TAG_FAIL_REASON, redact(interrupted)[:MAX_TAG_VAL_LENGTH]))
         parent_run = self.client.get_run(self.parent_run_id)
         baseline = parent_run.data.metrics.get(METRIC_BASELINE, math.nan)
         if best is not None:

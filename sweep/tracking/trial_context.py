@@ -17,6 +17,7 @@ from mlflow import MlflowClient
 from mlflow.entities import RunStatus
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
+from sweep.redact import remember, shown_uri
 from sweep.schema import (
     METRIC_VAL_LOSS,
     TAG_CUDA_VISIBLE_DEVICES,
@@ -31,7 +32,6 @@ from sweep.schema import (
 from sweep.tracking.buffer import BufferedClient, SyncResult, sync_folder
 from sweep.tracking.owner import current_owner
 from sweep.tracking.trial_run import TrialRun
-from sweep.tracking.uris import shown_uri
 
 
 def process_tags() -> dict[str, str]:
@@ -79,6 +79,7 @@ class TrialContext:
     buffer_dir: str | None = None
 
     def _client(self, client: MlflowClient, run_id: str, number: int) -> BufferedClient:
+        remember(self.tracking_uri)  # a worker process's messages mask its password too
         return BufferedClient(client, run_id, self.buffer_dir, {
             "tracking_uri": shown_uri(self.tracking_uri), "experiment_id": self.experiment_id,
             "parent_run_id": self.parent_run_id, "trial": number})

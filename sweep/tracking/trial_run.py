@@ -31,6 +31,7 @@ from mlflow.utils.validation import (
 )
 
 from sweep.params import encode_param, flatten_params
+from sweep.redact import redact
 from sweep.schema import (
     FAIL_REASON_ARTIFACT,
     LOSS_METRICS,
@@ -355,8 +356,9 @@ class TrialRun:
         tags = [RunTag(TAG_STATE, state.value)]
         reason = fail_reason or (detail.strip().splitlines()[-1] if detail else None)
         if reason:
+            reason = redact(reason)
             if len(reason) > MAX_TAG_VAL_LENGTH or detail:
-                full = reason + ("\n\n" + detail if detail else "")
+                full = reason + ("\n\n" + redact(detail) if detail else "")
                 self.client.log_text(self.run_id, full, FAIL_REASON_ARTIFACT)
             tags.append(RunTag(TAG_FAIL_REASON, reason[:MAX_TAG_VAL_LENGTH]))
         self._log(tags=tags)

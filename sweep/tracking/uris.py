@@ -1,7 +1,7 @@
 """MLflow tracking URIs.
 
 The study's default SQLite store, absolute paths for workers elsewhere, passwords hidden in
-messages, and a fast check that a server answers.
+messages (`sweep.redact.shown_uri`, re-exported), and a fast check that a server answers.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from mlflow import MlflowClient
 
 from sweep.errors import InputError
 from sweep.folder import StudyFolder
+from sweep.redact import shown_uri
 
 
 def default_tracking_uri(out_dir: str | Path) -> str:
@@ -43,27 +44,6 @@ def absolute_uri(tracking_uri: str) -> str:
 
 class UnreachableStoreError(InputError, ValueError):
     """An MLflow tracking server does not answer."""
-
-
-def shown_uri(uri: str) -> str:
-    """A tracking URI or database URL for messages and stored specs, its passwords as ``***``.
-
-    Masks the userinfo's password (``scheme://user:***@host``) and a ``password`` query
-    parameter (libpq's ``?password=...``); a URL too malformed to parse shows its scheme only.
-    """
-    try:
-        parts = urllib.parse.urlsplit(uri)
-        password = parts.password
-    except ValueError:
-        return f"{uri.split('://', 1)[0]}://***"
-    pairs = parts.query.split("&") if parts.query else []
-    if password is None and not any(p.split("=", 1)[0] == "password" for p in pairs):
-        return uri  # as written (urlunsplit would turn sqlite:/// into sqlite:/)
-    netloc = parts.netloc
-    if password is not None:
-        netloc = netloc.replace(f":{password}@", ":***@", 1)
-    query = "&".join("password=***" if p.split("=", 1)[0] == "password" else p for p in pairs)
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def check_reachable(tracking_uri: str, source: str = "tracking URI", *,

@@ -119,7 +119,8 @@ def _approaches(approach: str, n_params: str) -> tuple[str, ...]:
 
 def _csv_points(csv: str, n_params: str) -> Any:
     """The points of ``--csv``; exits 2 when they cannot be read."""
-    from sweep.scaling.runs import PointsError, read_csv_points
+    from sweep.scaling.points_csv import read_csv_points
+    from sweep.scaling.runs import PointsError
 
     if n_params != "total":
         bad_input("--n-params applies to a study; a --csv table's n_params is used as given")
@@ -159,14 +160,20 @@ def _scaling_outputs(report: Any, folder: Path, study: dict[str, Any] | None) ->
 
 def _parse_budgets(values: list[str] | None) -> list[float]:
     """``--budget`` values (repeated, or joined by commas) as FLOPs; exits 2 on a bad one."""
+    if not values:
+        return []
+    from sweep.scaling.limits import LIMITS
+
+    top = LIMITS["budget"].hi
     budgets = []
-    for raw in (v for value in values or [] for v in value.split(",")):
+    for raw in (v for value in values for v in value.split(",")):
         try:
             budget = float(raw)
         except ValueError:
             budget = math.nan
-        if not (math.isfinite(budget) and budget > 0):
-            bad_input(f"--budget {raw.strip()!r}: must be a positive number of FLOPs, e.g. 1e21")
+        if not (math.isfinite(budget) and 0 < budget <= top):
+            bad_input(f"--budget {raw.strip()!r}: must be a positive number of FLOPs up to "
+                      f"{top:g}, e.g. 1e21")
         budgets.append(budget)
     return budgets
 

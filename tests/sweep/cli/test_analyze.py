@@ -144,6 +144,8 @@ def test_default_out_for_a_csv_is_analysis_in_the_working_folder(csv, tmp_path, 
     (["--csv", "{tmp}/ok.csv", "--budget", "-1e21"], "--budget '-1e21': must be a positive"),
     (["--csv", "{tmp}/ok.csv", "--budget", "lots"], "--budget 'lots': must be a positive"),
     (["--csv", "{tmp}/ok.csv", "--budget", "inf"], "--budget 'inf': must be a positive"),
+    (["--csv", "{tmp}/ok.csv", "--budget", "1e308"], "--budget '1e308': must be a positive "
+                                                     "number of FLOPs up to 1e+42"),
     (["{tmp}/no_such_study"], "no study '{tmp}/no_such_study'"),
     ([], "give a study (STUDY_OR_DIR) or --csv FILE"),
     (["study", "--csv", "{tmp}/ok.csv"], "not both"),

@@ -13,6 +13,7 @@ import pytest
 
 from sweep import schema
 from sweep.results import StudyNotFoundError
+from sweep.scaling.points_csv import read_csv_points
 from sweep.scaling.runs import (
     LOSS,
     POINT_COLUMNS,
@@ -20,7 +21,6 @@ from sweep.scaling.runs import (
     load_curves,
     load_runs,
     load_study,
-    read_csv_points,
 )
 from sweep.tracking import StudyTracker
 
@@ -202,10 +202,10 @@ def test_csv_points_keep_finite_rows_and_count_the_others(tmp_path):
 
 
 @pytest.mark.parametrize(("row", "expected"), [
-    ("-1,1e9,3.3,6e16", "column n_params, line 3: '-1.0' is negative"),
+    ("-1,1e9,3.3,6e16", "column n_params, line 3: '-1' is negative"),
     ("4e7,1e9,oops,6e16", "column loss, line 3: 'oops' is not a number"),
-    ("4e7,0,3.0,6e16", "column n_tokens, line 3: '0.0' is zero (a count must be > 0)"),
-    ("4e7,1e9,3.0,-6e16", "column budget, line 3: '-6e+16' is negative"),
+    ("4e7,0,3.0,6e16", "column n_tokens, line 3: '0' is zero (a count must be > 0)"),
+    ("4e7,1e9,3.0,-6e16", "column budget, line 3: '-6e16' is negative"),
 ])
 def test_csv_values_that_are_wrong_not_missing_are_refused(tmp_path, row, expected):
     path = tmp_path / "points.csv"
