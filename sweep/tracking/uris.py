@@ -42,6 +42,30 @@ def absolute_uri(tracking_uri: str) -> str:
     return f"sqlite:///{path.resolve()}" if path is not None else tracking_uri
 
 
+#: MLflow's basic-auth environment variables (``mlflow.utils.credentials``).
+CREDENTIAL_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+
+
+def split_credentials(tracking_uri: str) -> tuple[str, dict[str, str]]:
+    """An ``http(s)`` URI's userinfo moved out of it, for processes that store what they get.
+
+    MLflow sends ``http://user:password@host`` as HTTP basic auth, and sends the same from
+    ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` when the URI has none, so the
+    URI without userinfo plus those variables reach the server alike.
+
+    Returns:
+        The URI without userinfo, and the two variables (percent-decoded) to set; the URI
+        unchanged and ``{}`` when it has no password or is not ``http(s)``.
+    """
+    parts = urllib.parse.urlsplit(tracking_uri)
+    if parts.scheme not in ("http", "https") or parts.password is None:
+        return tracking_uri, {}
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    creds = dict(zip(CREDENTIAL_ENV, (urllib.parse.unquote(parts.username or ""),
+                                      urllib.parse.unquote(parts.password)), strict=True))
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), creds
+
+
 class UnreachableStoreError(InputError, ValueError):
     """An MLflow tracking server does not answer."""
 

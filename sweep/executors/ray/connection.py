@@ -22,18 +22,22 @@ log = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------------- Ray
-def init_ray(address: str | None = None) -> bool:
+def init_ray(address: str | None = None, *, env_vars: dict[str, str] | None = None) -> bool:
     """Connect to Ray unless this process already has; returns whether it connected here.
 
     Args:
         address: A cluster address (``auto``, ``host:6379``, ``ray://host:10001``); default
             ``RAY_ADDRESS``, else a local instance (all CPUs, bound to 127.0.0.1, no dashboard).
+        env_vars: Variables a cluster's workers need (the job's ``runtime_env``); a local
+            instance's workers inherit this process's environment instead.
     """
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        runtime_env = {"env_vars": dict(env_vars)} if env_vars else None
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
+                 runtime_env=runtime_env)
     else:
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False,
                  _node_ip_address="127.0.0.1", logging_level=logging.WARNING, log_to_driver=False)

@@ -23,7 +23,7 @@ import shutil
 import signal
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from sweep.study.progress import ProgressView
 from sweep.study.resume import StudyInterrupted, signal_handlers
 from sweep.study.trial import StudyContext
 from sweep.tracking.owner import owner_alive
+from sweep.tracking.uris import split_credentials
 
 __all__ = ["Held", "TunePlan", "fit", "say"]
 
@@ -234,11 +235,51 @@ def fit(ctx: StudyContext, n_trials: int, view: ProgressView, planner: Planner, 
         StudyInterrupted: A signal stopped the experiment (exit code 130 or 143).
     """
     ctx = dataclasses.replace(ctx, out_dir=Path(ctx.out_dir).resolve())
+    ctx, creds = _without_credentials(ctx)
     held = Held.read(ctx)
     n = len(ctx.points) if ctx.points else max(0, n_trials - len(held.finished))
     if not n:
         return None
-    started = init_ray(address)
+    with _environment(creds):
+        return _fit(ctx, held, n, view, planner, address, creds)
+
+
+def _without_credentials(ctx: StudyContext) -> tuple[StudyContext, dict[str, str]]:
+    """``ctx`` with its tracking URI's password moved to MLflow's credential variables.
+
+    Tune pickles the trainable, the searcher and the callbacks into the study's ``ray/``
+    folder; a context without the password keeps it out of those files, and the variables
+    give it to every process that talks to the server (`split_credentials`).
+    """
+    uri, creds = split_credentials(ctx.tracking.tracking_uri)
+    if not creds:
+        return ctx, {}
+    tracking = ctx.spec.tracking
+    if tracking.uri:
+        tracking = tracking.model_copy(update={"uri": split_credentials(tracking.uri)[0]})
+    spec = ctx.spec.model_copy(update={"tracking": tracking})
+    return dataclasses.replace(ctx, spec=spec, tracking=dataclasses.replace(
+        ctx.tracking, tracking_uri=uri)), creds
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` (inherited by a local Ray's workers), then restore."""
+    old = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _fit(ctx: StudyContext, held: Held, n: int, view: ProgressView, planner: Planner,
+         address: str | None, creds: dict[str, str]) -> optuna.Study | None:
+    started = init_ray(address, env_vars=creds)
     try:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         name = f"{ctx.spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"

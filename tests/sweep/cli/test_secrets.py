@@ -149,3 +149,37 @@ def test_redact_masks_uri_passwords_remembered_and_environment_secrets(monkeypat
                             "***, ***; postgresql://db/optuna?sslmode=off&password=***")
     assert shown_uri("http://alice:pw@host:5000") == "http://alice:***@host:5000"
     assert shown_uri("sqlite:///runs/x/mlflow.db") == "sqlite:///runs/x/mlflow.db"
+
+
+@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.ray
+def test_a_ray_study_keeps_the_uri_password_out_of_its_folder(tmp_path, stoppable_server):
+    """Tune pickles the trainable, searcher and callbacks under ``<out>/ray``: the URI they
+    carry has no password, which the workers get from MLflow's credential variables."""
+    server = stoppable_server
+    url = server.url.replace("http://", f"http://alice:{SECRET}@")
+    spec = _spec(tmp_path, url)
+    data = yaml.safe_load(spec.read_text())
+    data["train"].update(tokens=4096, lr=3e-3)  # fixed: both trials train to their end
+    data["search"].update(executor="ray", n_trials=2, parallel=1)
+    data["search"].pop("fault_wait_s")
+    spec.write_text(yaml.safe_dump(data))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("MLFLOW_TRACKING_PASSWORD", None)
+    done = subprocess.run([sys.executable, "-m", "sweep.cli", "run", str(spec), "--out",
+                           str(tmp_path / "out"), "--json"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["counts"]["complete"] == 2, done.stdout
+    assert SECRET not in done.stdout + done.stderr
+    pickles = list((tmp_path / "out" / "ray").rglob("*.pkl"))
+    assert pickles  # Tune's experiment state, where the context was pickled
+    files = [p for p in tmp_path.rglob("*")
+             if p.is_file() and p != spec and SECRET.encode() in p.read_bytes()]
+    assert files == []
+    client = MlflowClient(server.url)
+    experiment = client.get_experiment_by_name(NAME)
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    assert sorted(r.data.tags.get("sweep.state") for r in runs) == ["COMPLETE"] * 3
+    assert not [r for r in runs if SECRET in str(r.data.tags) + str(r.data.params)]
