@@ -16,6 +16,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from sweep.errors import InputError
+from sweep.tracking.stores import reading_uri
 from sweep.tracking.study_run import load_stored_spec
 
 __all__ = ["StoredSpecError", "log_files", "log_json", "read_parent_metrics", "read_stored_spec"]
@@ -53,11 +54,11 @@ def read_stored_spec(tracking_uri: str, run_id: str) -> dict[str, Any]:
         StoredSpecError: The artifact cannot be downloaded, or is not YAML.
     """
     try:
-        return load_stored_spec(MlflowClient(tracking_uri), run_id)
+        return load_stored_spec(MlflowClient(reading_uri(tracking_uri)), run_id)
     except (MlflowException, OSError, yaml.YAMLError) as exc:
         raise StoredSpecError(f"{type(exc).__name__}: {exc}") from exc
 
 
 def read_parent_metrics(tracking_uri: str, run_id: str) -> dict[str, float]:
     """The latest value of each metric a study's parent run ``run_id`` logged."""
-    return dict(MlflowClient(tracking_uri).get_run(run_id).data.metrics)
+    return dict(MlflowClient(reading_uri(tracking_uri)).get_run(run_id).data.metrics)
