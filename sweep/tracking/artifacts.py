@@ -54,7 +54,7 @@ def read_stored_spec(tracking_uri: str, run_id: str) -> dict[str, Any]:
         StoredSpecError: The artifact cannot be downloaded, or is not YAML.
     """
     try:
-        return load_stored_spec(MlflowClient(reading_uri(tracking_uri)), run_id)
+        return load_stored_spec(MlflowClient(reading_uri(tracking_uri)), run_id, tracking_uri)
     except (MlflowException, OSError, yaml.YAMLError) as exc:
         raise StoredSpecError(f"{type(exc).__name__}: {exc}") from exc
 

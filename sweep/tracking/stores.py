@@ -7,10 +7,16 @@ a SQLite file as a study's store, `check_store` refuses one that is not an MLflo
 schema revision is not the one this MLflow writes (an older one would be migrated, a newer one
 is unknown to it); the file is left as it is. Commands that only read a study then open the
 store read-only (`reading_uri`: SQLite's ``mode=ro``), so nothing in it can change.
+
+A study folder can be moved: artifact locations MLflow stored under the old folder are read
+under the new one (`artifact_root`), and a command that writes to the study points them there
+first (`relocate_artifacts`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sqlite3
 import urllib.parse
 from pathlib import Path
@@ -19,8 +25,8 @@ from sweep.errors import InputError
 from sweep.store_files import hot_journal, mlflow_revision, mlflow_store_problem, sqlite_file
 from sweep.tracking.uris import store_lock
 
-__all__ = ["ForeignStoreError", "StoreSchemaError", "check_store", "reading_uri",
-           "schema_problem"]
+__all__ = ["ForeignStoreError", "StoreSchemaError", "artifact_root", "check_store",
+           "reading_uri", "relocate_artifacts", "schema_problem"]
 
 
 class ForeignStoreError(InputError, ValueError):
@@ -117,3 +123,70 @@ def reading_uri(tracking_uri: str) -> str:
         return tracking_uri
     quoted = urllib.parse.quote(str(path.resolve()))
     return f"sqlite+pysqlite:///file:{quoted}?mode=ro&uri=true"
+
+
+_ARTIFACTS = "mlartifacts"
+
+
+def artifact_root(tracking_uri: str, artifact_uri: str) -> str:
+    """An experiment's or run's artifact URI as it is under the study's folder now.
+
+    MLflow stores artifact locations as absolute paths, so a study folder moved or copied
+    (``mv out out2``) keeps pointing at the old place. Where the store is ``sqlite:///<dir>/
+    mlflow.db`` and ``artifact_uri`` lies in some ``.../mlartifacts`` folder (where this
+    service puts a study's artifacts, `sweep.folder.StudyFolder.artifacts`), the same path under
+    ``<dir>/mlartifacts``; any other URI as it is.
+    """
+    db = sqlite_file(tracking_uri)
+    match = re.fullmatch(rf"(?:file://)?/.*/{_ARTIFACTS}(/[0-9a-f]{{32}}/artifacts(?:/.*)?)?",
+                         artifact_uri)
+    if db is None or match is None:
+        return artifact_uri
+    return (db.resolve().parent / _ARTIFACTS).as_uri() + (match.group(1) or "")
+
+
+def relocate_artifacts(tracking_uri: str, experiment_id: str) -> bool:
+    """Point a study's experiment and its runs at ``<store's folder>/mlartifacts`` again.
+
+    After a study folder is moved or copied, its store still names the old place: new runs
+    would write their artifacts there and reads would miss them. MLflow has no call to change
+    an artifact location, so the two columns that hold it (``experiments.artifact_location``,
+    ``runs.artifact_uri``) are rewritten in the study's own store, under the store lock, as
+    `artifact_root` says. Only for a SQLite store; nothing else changes.
+
+    Returns:
+        Whether anything was rewritten.
+    """
+    db = sqlite_file(tracking_uri)
+    if db is None:
+        return False
+    with store_lock(db), contextlib.closing(sqlite3.connect(db, timeout=30)) as con, con:
+        row = con.execute("SELECT artifact_location FROM experiments WHERE experiment_id = ?",
+                          (int(experiment_id),)).fetchone()
+        if row is None or artifact_root(tracking_uri, row[0]) == row[0]:
+            return False
+        old, new = row[0].rstrip("/"), artifact_root(tracking_uri, row[0]).rstrip("/")
+        where = ("WHERE experiment_id = ? AND substr(artifact_uri, 1, ?) = ?",
+                 (int(experiment_id), len(old), old))
+        moved = [r for (r,) in con.execute(f"SELECT run_uuid FROM runs {where[0]}", where[1])]
+        con.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?",
+                    (new, int(experiment_id)))
+        con.execute(f"UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) {where[0]}",
+                    (new, len(old) + 1, *where[1]))
+    _forget_artifact_repos(moved)
+    return True
+
+
+def _forget_artifact_repos(run_ids: list[str]) -> None:
+    """Drop MLflow's artifact repositories of ``run_ids`` that this process has cached.
+
+    MLflow keeps each run's repository, made from its artifact URI, for the life of the
+    process (``mlflow.tracking._tracking_service.utils._artifact_repos_cache``, MLflow 3); one
+    made before `relocate_artifacts` would still write to the old place.
+    """
+    from mlflow.tracking._tracking_service import utils as tracking_utils
+
+    cache = getattr(tracking_utils, "_artifact_repos_cache", None)
+    if cache is not None:
+        for run_id in run_ids:
+            cache.pop(run_id, None)
