@@ -58,7 +58,7 @@ def reading_lock(db: Path) -> Iterator[None]:
     """A shared lock on ``<db>.lock`` while ``db`` is read, where that lock file exists.
 
     It exists where this service creates or migrates the store
-    (`sweep.tracking.uris.store_lock`, which holds it exclusively meanwhile), so another
+    (`sweep.tracking.stores.store_lock`, which holds it exclusively meanwhile), so another
     driver's half-migrated database is never read; nothing is created here.
     """
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import TypeVar, get_args
 
 import typer
@@ -16,14 +17,12 @@ import typer
 from sweep.cli import common
 from sweep.cli.common import SET_FORMS, app, as_bad_input, bad_input, parse_sets, split_sets
 from sweep.cli.estimate_table import estimate_table
-from sweep.folder import RUNS
+from sweep.folder import RUNS, StudyFolder
 from sweep.schema import TrialState
 
 
 def _check_save_dir(save: str | None) -> None:
     """Refuse a ``--save`` path that is a file or a folder holding something else."""
-    from pathlib import Path
-
     from sweep.train.saved import CONFIG_FILE
 
     if save is None:
@@ -103,6 +102,21 @@ def train(
            save=save, track=track, tracking_uri=tracking_uri, device=device, as_json=as_json)
 
 
+def _check_store_file(uri: str) -> None:
+    """Exit 2 before anything is written when the run's SQLite store is a file of another kind.
+
+    The rule every command applies (`sweep.store_files.mlflow_store_problem`); the file is left
+    as it is.
+    """
+    from sweep.store_files import mlflow_store_problem, sqlite_file
+
+    db = sqlite_file(uri)
+    if db is not None and db.exists():
+        problem = mlflow_store_problem(db, new_ok=True)
+        if problem is not None:
+            bad_input(f"the run's tracking store {uri}: {problem}; it is left as it is")
+
+
 def _train(base, study_trial, overrides, *, data, budget_tokens, out, save, track,
            tracking_uri, device, as_json) -> None:
     """`train` once its flags are read: check, train, track, save, print."""
@@ -113,6 +127,9 @@ def _train(base, study_trial, overrides, *, data, budget_tokens, out, save, trac
     if out is None:
         out = study_trial.folder if study_trial is not None and study_trial.folder \
             else RUNS / "train"
+    if track and study_trial is None:
+        _check_store_file(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+                          or StudyFolder(Path(out)).tracking_uri())
     try:
         request = TrainRequest(base, overrides["model"], overrides["train"], data,
                                budget_tokens, out)

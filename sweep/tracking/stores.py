@@ -19,14 +19,16 @@ import contextlib
 import re
 import sqlite3
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
+
+from mlflow import MlflowClient
 
 from sweep.errors import InputError
 from sweep.store_files import hot_journal, mlflow_revision, mlflow_store_problem, sqlite_file
-from sweep.tracking.uris import store_lock
 
 __all__ = ["ForeignStoreError", "StoreSchemaError", "artifact_root", "check_store",
-           "reading_uri", "relocate_artifacts", "schema_problem"]
+           "ensure_store", "reading_uri", "relocate_artifacts", "schema_problem", "store_lock"]
 
 
 class ForeignStoreError(InputError, ValueError):
@@ -46,8 +48,12 @@ def _schema_revisions() -> tuple[str, set[str]]:
     return script.get_current_head() or "", {s.revision for s in script.walk_revisions()}
 
 
-def schema_problem(db: Path) -> str | None:
+def schema_problem(db: Path, *, older_ok: bool = False) -> str | None:
     """Why the MLflow store ``db`` cannot be opened without a migration; None if it can.
+
+    Args:
+        db: An MLflow store (`mlflow_store_problem` accepts it).
+        older_ok: Accept an older schema (a command that writes: MLflow migrates it).
 
     Returns:
         One line naming the store's schema revision: made by a newer MLflow (a revision this
@@ -57,7 +63,7 @@ def schema_problem(db: Path) -> str | None:
 
     revision = mlflow_revision(db)
     head, known = _schema_revisions()
-    if revision == head:
+    if revision == head or older_ok and revision in known:
         return None
     if revision not in known:
         return (f"{db} has MLflow schema revision {revision}, which MLflow {mlflow.__version__} "
@@ -66,6 +72,65 @@ def schema_problem(db: Path) -> str | None:
     return (f"{db} has the schema of an older MLflow (revision {revision}; MLflow "
             f"{mlflow.__version__} writes {head}); it is left as it is; back it up, then "
             f"`mlflow db upgrade sqlite:///{db}` migrates it")
+
+
+@contextlib.contextmanager
+def store_lock(db: Path) -> Iterator[None]:
+    """Hold an exclusive lock for creating or migrating the SQLite store ``db``.
+
+    ``fcntl.flock`` on the sidecar file ``<db>.lock``, which this creates next to the database
+    (and leaves there: removing a lock file others may be waiting on would let two processes
+    hold it). Blocks until the lock is free. Where ``fcntl`` does not exist (Windows) it holds
+    nothing.
+
+    Raises:
+        OSError: The lock file cannot be created (e.g. a read-only folder).
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover (Windows)
+        yield
+        return
+    with open(f"{db}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def ensure_store(tracking_uri: str) -> None:
+    """Create and migrate the tracking store once, before any worker opens it.
+
+    MLflow creates the tables of a fresh database when a client first opens it; several
+    processes doing so at once race in the schema migration ("table ... already exists",
+    alembic ``CommandError``). For a SQLite store the first open happens under `store_lock`,
+    so one process creates and migrates it while the others wait and then find it ready; call
+    this before anything else in the process opens the store (the driver does, in
+    `StudyTracker.start`). For other stores, a connectivity check only.
+
+    A SQLite file that exists must be an MLflow store, or empty (`check_store`'s rule), and
+    not of a schema newer than this MLflow's; an older one is migrated, as MLflow does.
+
+    Raises:
+        ForeignStoreError: The SQLite file is not an MLflow store; nothing was written to it.
+        StoreSchemaError: Its schema is newer than this MLflow knows.
+        mlflow.exceptions.MlflowException: If the store cannot be reached or migrated.
+        OSError: The folder of a SQLite store or its lock file cannot be created.
+    """
+    path = sqlite_file(tracking_uri)
+    if path is None:
+        MlflowClient(tracking_uri).search_experiments(max_results=1)
+        return
+    if path.exists():  # checked before the lock: the check takes it shared
+        problem = mlflow_store_problem(path, new_ok=True)
+        if problem is not None:
+            raise ForeignStoreError(f"{problem}; it is left as it is")
+        if path.stat().st_size and (problem := schema_problem(path, older_ok=True)):
+            raise StoreSchemaError(problem)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with store_lock(path):
+        MlflowClient(tracking_uri).search_experiments(max_results=1)
 
 
 def _recover(db: Path) -> None:
@@ -152,7 +217,9 @@ def relocate_artifacts(tracking_uri: str, experiment_id: str) -> bool:
     would write their artifacts there and reads would miss them. MLflow has no call to change
     an artifact location, so the two columns that hold it (``experiments.artifact_location``,
     ``runs.artifact_uri``) are rewritten in the study's own store, under the store lock, as
-    `artifact_root` says. Only for a SQLite store; nothing else changes.
+    `artifact_root` says. Only for a SQLite store; nothing else changes. MLflow keeps a run's
+    artifact repository for the life of the process that first used it, so call this in a
+    process that has not written to the study before it moved (each command is one).
 
     Returns:
         Whether anything was rewritten.
@@ -168,25 +235,8 @@ def relocate_artifacts(tracking_uri: str, experiment_id: str) -> bool:
         old, new = row[0].rstrip("/"), artifact_root(tracking_uri, row[0]).rstrip("/")
         where = ("WHERE experiment_id = ? AND substr(artifact_uri, 1, ?) = ?",
                  (int(experiment_id), len(old), old))
-        moved = [r for (r,) in con.execute(f"SELECT run_uuid FROM runs {where[0]}", where[1])]
         con.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?",
                     (new, int(experiment_id)))
         con.execute(f"UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) {where[0]}",
                     (new, len(old) + 1, *where[1]))
-    _forget_artifact_repos(moved)
     return True
-
-
-def _forget_artifact_repos(run_ids: list[str]) -> None:
-    """Drop MLflow's artifact repositories of ``run_ids`` that this process has cached.
-
-    MLflow keeps each run's repository, made from its artifact URI, for the life of the
-    process (``mlflow.tracking._tracking_service.utils._artifact_repos_cache``, MLflow 3); one
-    made before `relocate_artifacts` would still write to the old place.
-    """
-    from mlflow.tracking._tracking_service import utils as tracking_utils
-
-    cache = getattr(tracking_utils, "_artifact_repos_cache", None)
-    if cache is not None:
-        for run_id in run_ids:
-            cache.pop(run_id, None)

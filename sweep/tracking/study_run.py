@@ -51,10 +51,10 @@ from sweep.schema import (
 from sweep.spec.resume import ResumeError, check_resume_compatible
 from sweep.tracking.notes import experiment_note, parent_note
 from sweep.tracking.reader import latest_parent, read_trials
-from sweep.tracking.stores import artifact_root, relocate_artifacts
+from sweep.tracking.stores import artifact_root, ensure_store, relocate_artifacts
 from sweep.tracking.trial_context import TrialContext
 from sweep.tracking.trial_run import TrialRun, finite, finite_float, now_ms
-from sweep.tracking.uris import absolute_uri, ensure_store, sqlite_path
+from sweep.tracking.uris import absolute_uri, sqlite_path
 
 log = logging.getLogger(__name__)
 

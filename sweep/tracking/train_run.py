@@ -32,10 +32,10 @@ from sweep.schema import (
     retrain_run_name,
 )
 from sweep.tracking.owner import current_owner
-from sweep.tracking.stores import relocate_artifacts
+from sweep.tracking.stores import ensure_store, relocate_artifacts
 from sweep.tracking.study_run import get_or_create_experiment
 from sweep.tracking.trial_run import TrialRun
-from sweep.tracking.uris import absolute_uri, ensure_store
+from sweep.tracking.uris import absolute_uri
 
 __all__ = ["RetrainOf", "start_train_run"]
 

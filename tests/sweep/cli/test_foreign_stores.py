@@ -67,6 +67,7 @@ COMMANDS = {
     "analyze scaling": ["analyze", "scaling", "{d}"],
     "analyze transfer": ["analyze", "transfer", "{d}"],
     "train --from-study": ["train", "--from-study", "{d}", "--no-track"],
+    "train --out": ["train", "--preset", "tiny", "--out", "{d}"],
 }
 
 
@@ -104,6 +105,27 @@ def test_a_store_of_another_schema_is_refused_untouched(study, revision, said):
         assert f"{db} has" in output and said in output and revision in output
         assert "Traceback" not in output and "out-of-date" not in output
         assert fingerprint(db) == before
+
+
+def test_run_refuses_a_store_of_a_newer_mlflow_untouched(study):
+    import yaml
+
+    db = study / "mlflow.db"
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE alembic_version SET version_num = 'ffffffffffff'")
+    con.close()
+    before = fingerprint(db)
+    spec = study.parent / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "demo", "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=20000",
+        "model": {"vocab_size": 16, "seq_len": 8, "d_model": 16, "n_heads": 2, "n_layers": 1},
+        "train": {"steps": 2, "batch_size": 2, "eval_tokens": 8, "device": "cpu"},
+        "search": {"executor": "optuna", "sampler": "random", "n_trials": 1}}))
+    code, output = _invoke(["run", str(spec), "--out", "{d}"], study)
+    assert code == 2, output
+    assert f"{db} has MLflow schema revision ffffffffffff, which MLflow" in output
+    assert "Traceback" not in output and "out-of-date" not in output
+    assert fingerprint(db) == before
 
 
 def test_results_reads_the_store_without_writing_it(study):
