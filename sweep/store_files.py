@@ -25,12 +25,13 @@ import re
 import shutil
 import sqlite3
 import tempfile
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["MLFLOW_TABLES", "OPTUNA_TABLES", "hot_journal", "is_optuna_journal",
-           "mlflow_revision", "mlflow_store_problem", "reading_lock", "sqlite_file",
-           "sqlite_tables", "what_file"]
+           "mlflow_revision", "mlflow_store_problem", "optuna_storage_problem", "read_only_url",
+           "reading_lock", "sqlite_file", "sqlite_tables", "what_file"]
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
 #: Tables by which a SQLite file is recognised as an Optuna storage.
@@ -51,6 +52,17 @@ def sqlite_file(url: str) -> Path | None:
     if match is None or match.group(2) in ("", ":memory:"):
         return None
     return Path(match.group(2))
+
+
+def read_only_url(path: Path) -> str:
+    """The SQLAlchemy URL that opens the SQLite file ``path`` read-only (SQLite's ``mode=ro``).
+
+    ``sqlite+pysqlite:///file:PATH?mode=ro&uri=true``: SQLite's URI filename, handed on by
+    SQLAlchemy as it is (the ``+pysqlite`` spelling also keeps MLflow from creating the folder
+    of a ``sqlite:///`` path). A write through it fails ("attempt to write a readonly
+    database"); table creation and migrations cannot run.
+    """
+    return f"sqlite+pysqlite:///file:{urllib.parse.quote(str(path.resolve()))}?mode=ro&uri=true"
 
 
 @contextlib.contextmanager
@@ -213,3 +225,31 @@ def is_optuna_journal(path: Path) -> bool:
         return not newline and len(head) < 1 << 16 and first.startswith(b'{"op_code":')
     return (isinstance(record, dict) and type(record.get("op_code")) is int
             and isinstance(record.get("worker_id"), str))
+
+
+def optuna_storage_problem(path: Path, *, journal: bool, new_ok: bool) -> str | None:
+    """Why the file ``path`` is not an Optuna storage to open; None if it is one.
+
+    Args:
+        path: A journal file (``journal``) or the SQLite file of an RDB URL; it exists.
+        journal: Whether it is named as a journal (else as a SQLite database).
+        new_ok: Whether a file with nothing to lose (empty, or a SQLite database with no
+            tables) is accepted too: a study creates its storage there; a command that reads
+            one finds nothing in it.
+
+    Returns:
+        ``"<path> is <what it is>, not an Optuna journal"`` (or ``storage database``); None
+        for an Optuna journal or an Optuna database.
+    """
+    tables = None if path.is_dir() else sqlite_tables(path)
+    if not path.is_file():
+        ok = False
+    elif journal:
+        ok = tables is None and is_optuna_journal(path) and (new_ok or path.stat().st_size > 0)
+    else:
+        empty = path.stat().st_size == 0 or tables == set()
+        ok = new_ok if empty else tables is not None and OPTUNA_TABLES <= tables
+    if ok:
+        return None
+    return (f"{path} is {what_file(path, tables)}, not an Optuna "
+            f"{'journal' if journal else 'storage database'}")

@@ -20,11 +20,10 @@ from sweep.folder import StudyFolder
 from sweep.spec import StudySpec
 from sweep.store_files import (
     OPTUNA_TABLES,
-    is_optuna_journal,
     mlflow_store_problem,
+    optuna_storage_problem,
     sqlite_file,
     sqlite_tables,
-    what_file,
 )
 
 __all__ = ["sqlite_file", "store_problem"]
@@ -72,22 +71,14 @@ def store_problem(spec: StudySpec, out: Path | None = None) -> str | None:
         return (f"{storage_source} and {tracking_source} name one file, {storage_file}; Optuna "
                 "and MLflow each need a store of their own")
     if storage_file is not None and storage_file.exists():
-        tables = None if storage_file.is_dir() else sqlite_tables(storage_file)
-        if journal:
-            ok = storage_file.is_file() and tables is None and is_optuna_journal(storage_file)
-        else:
-            ok = storage_file.is_file() and (
-                storage_file.stat().st_size == 0 or tables is not None
-                and (not tables or OPTUNA_TABLES <= tables))
-        if not ok:
+        problem = optuna_storage_problem(storage_file, journal=journal, new_ok=True)
+        if problem is not None:
+            tables = None if storage_file.is_dir() else sqlite_tables(storage_file)
             hint = (f"; for an Optuna SQLite storage write sqlite:///{storage_file}"
                     if journal and tables is not None and OPTUNA_TABLES <= tables else
                     "; point it at a new file, or at an Optuna storage")
-            return (
-                f"{storage_source} {storage}: {storage_file} is "
-                f"{what_file(storage_file, tables)}, not an Optuna "
-                f"{'journal' if journal else 'storage database'}; the study writes only to a "
-                f"storage it created or recognises, and leaves this file as it is{hint}")
+            return (f"{storage_source} {storage}: {problem}; the study writes only to a "
+                    f"storage it created or recognises, and leaves this file as it is{hint}")
     if tracking_file is not None and tracking_file.exists():
         problem = mlflow_store_problem(tracking_file, new_ok=True)
         if problem is not None:

@@ -18,14 +18,19 @@ from __future__ import annotations
 import contextlib
 import re
 import sqlite3
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 from mlflow import MlflowClient
 
 from sweep.errors import InputError
-from sweep.store_files import hot_journal, mlflow_revision, mlflow_store_problem, sqlite_file
+from sweep.store_files import (
+    hot_journal,
+    mlflow_revision,
+    mlflow_store_problem,
+    read_only_url,
+    sqlite_file,
+)
 
 __all__ = ["ForeignStoreError", "StoreSchemaError", "artifact_root", "check_store",
            "ensure_store", "reading_uri", "relocate_artifacts", "schema_problem", "store_lock"]
@@ -176,18 +181,15 @@ def check_store(db: Path, *, reading: bool) -> str:
 
 
 def reading_uri(tracking_uri: str) -> str:
-    """The URI that opens a ``sqlite:///`` store read-only (``mode=ro``); other URIs as given.
+    """The URI that opens a ``sqlite:///`` store read-only; other URIs as given.
 
-    ``sqlite+pysqlite:///file:PATH?mode=ro&uri=true``: SQLite's URI filename, which MLflow
-    hands to SQLAlchemy as it is (the ``+pysqlite`` spelling keeps MLflow from creating the
-    folder of a ``sqlite:///`` path). A write through it fails ("attempt to write a readonly
-    database"), and MLflow's table creation and migrations never run.
+    `sweep.store_files.read_only_url`: a write through it fails, and MLflow's table creation
+    and migrations never run.
     """
     path = sqlite_file(tracking_uri)
     if path is None or "mode=ro" in tracking_uri:
         return tracking_uri
-    quoted = urllib.parse.quote(str(path.resolve()))
-    return f"sqlite+pysqlite:///file:{quoted}?mode=ro&uri=true"
+    return read_only_url(path)
 
 
 _ARTIFACTS = "mlartifacts"

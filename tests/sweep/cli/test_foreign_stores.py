@@ -195,3 +195,26 @@ def test_a_hot_journal_of_the_service_store_is_not_foreign(study):
     tables = {n for (n,) in sqlite3.connect(db).execute(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "scratch" not in tables and "runs" in tables
+
+
+@pytest.mark.parametrize("form", ["journal", "sqlite"])
+def test_dashboard_refuses_a_users_file_as_the_optuna_storage(study, tmp_path, form):
+    if form == "journal":
+        victim = study / "optuna.journal"  # the folder's default storage
+        victim.write_text("my notes\n")
+        args = ["dashboard", str(study), "--port", "1"]
+        said = f"{victim} is a text file of 9 bytes starting 'my notes', not an Optuna journal"
+    else:
+        victim = tmp_path / "user.db"
+        with sqlite3.connect(victim) as con:
+            con.execute("CREATE TABLE studies (id INTEGER)")  # one of Optuna's table names
+        con.close()
+        args = ["dashboard", str(study), "--port", "1", "--storage", f"sqlite:///{victim}"]
+        said = (f"{victim} is a SQLite database of 8,192 bytes with tables studies, not an "
+                "Optuna storage database")
+    before, files = fingerprint(victim), listing(tmp_path)
+    result = runner.invoke(app, args)
+    output = " ".join(result.output.split())
+    assert result.exit_code == 2, output
+    assert f"{said}; it is left as it is" in output and "Traceback" not in output
+    assert fingerprint(victim) == before and listing(tmp_path) == files
