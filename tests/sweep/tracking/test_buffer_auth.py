@@ -171,3 +171,26 @@ def test_a_forged_record_of_writes_sent_sends_nothing(tmp_path, new_store, recor
     result = runner.invoke(app, ["sync", str(out)])
     assert "record of writes sent" in " ".join(result.output.split())
     assert history(out, run0) == [(100, 2.0)] and path.is_file()
+
+
+def test_a_resume_names_the_planted_file_it_does_not_send(tmp_path, new_store, caplog):
+    from types import SimpleNamespace
+
+    from sweep.study.resume import reconcile
+    from sweep.tracking import TrialContext, find_study
+
+    out = tmp_path / "out"
+    run0, run1 = make_study(out, new_store)
+    buffer_writes(out, run1, 1, [1.4])
+    planted = plant(out, run0)
+    experiment_id, parent_run_id = find_study(default_tracking_uri(out), "auth")
+    ctx = SimpleNamespace(tracking=TrialContext(default_tracking_uri(out), experiment_id,
+                                                parent_run_id, str(StudyFolder(out).buffer)))
+    with caplog.at_level("WARNING", logger="sweep.study.resume"):
+        done = reconcile(ctx)
+    assert done.synced == [run1]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{planted} not sent: it does not carry this study's MAC (not written by a trial of "
+        "this study); left as it is"]
+    assert MlflowClient(default_tracking_uri(out)).get_run(run0).data.metrics[
+        METRIC_BEST_VAL_LOSS] == 2.0
