@@ -218,3 +218,16 @@ def test_dashboard_refuses_a_users_file_as_the_optuna_storage(study, tmp_path, f
     assert result.exit_code == 2, output
     assert f"{said}; it is left as it is" in output and "Traceback" not in output
     assert fingerprint(victim) == before and listing(tmp_path) == files
+
+
+def test_sweep_ui_serves_the_store_read_only(study):
+    from sweep.results import ui_command
+
+    uri = default_tracking_uri(study)
+    backend = ui_command(uri, read_only=True)[5]
+    assert backend == f"sqlite+pysqlite:///file:{(study / 'mlflow.db').resolve()}?mode=ro&uri=true"
+    assert ui_command(uri)[5] == uri  # a server tests write to is opened as given
+    with pytest.raises(sqlite3.OperationalError, match="readonly database"):
+        con = sqlite3.connect(backend.split("///", 1)[1], uri=True)
+        con.execute("CREATE TABLE x (y)")
+    con.close()
