@@ -91,3 +91,28 @@ def test_artifact_locations_are_read_under_the_stores_folder():
     assert artifact_root(store, "/old/cwd/mlruns/0") == "/old/cwd/mlruns/0"  # not a study's
     assert artifact_root("http://127.0.0.1:5000", "file:///old/x/mlartifacts") == (
         "file:///old/x/mlartifacts")
+
+
+#: Makes a study's parent run in ``sys.argv[1]``, as `sweep run` would, in a process of its own.
+MAKE_STUDY = """
+import sys
+from sweep.tracking import StudyTracker, default_tracking_uri
+StudyTracker.start(default_tracking_uri(sys.argv[1]), "moved", {"name": "moved"},
+                   executor="optuna", algorithm="random")
+"""
+
+
+@pytest.mark.slow  # a process that imports MLflow: about 4 s
+def test_an_analysis_of_a_moved_study_writes_under_its_new_folder(tmp_path, new_store):
+    from sweep.tracking import find_study, log_json, read_stored_spec
+
+    out, out2 = tmp_path / "out", tmp_path / "out2"
+    new_store(out)
+    subprocess.run([sys.executable, "-c", MAKE_STUDY, str(out)], check=True, timeout=120)
+    os.rename(out, out2)
+    uri = StudyFolder(out2).tracking_uri()
+    parent_run_id = find_study(uri, "moved")[1]
+    assert read_stored_spec(uri, parent_run_id) == {"name": "moved"}
+    log_json(uri, parent_run_id, {"fit": 1}, "scaling_analysis/report.json")
+    written = StudyFolder(out2).artifacts / parent_run_id / "artifacts" / "scaling_analysis"
+    assert (written / "report.json").is_file() and not out.exists()
