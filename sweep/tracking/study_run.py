@@ -356,8 +356,12 @@ def load_stored_spec(client: MlflowClient, run_id: str, tracking_uri: str) -> di
         mlflow.exceptions.MlflowException, OSError: The artifact cannot be downloaded.
         yaml.YAMLError: It is not YAML.
     """
-    root = artifact_root(tracking_uri, client.get_run(run_id).info.artifact_uri)
+    stored = client.get_run(run_id).info.artifact_uri
+    root = artifact_root(tracking_uri, stored)
     with tempfile.TemporaryDirectory() as tmp:
-        path = download_artifacts(artifact_uri=f"{root.rstrip('/')}/{SPEC_ARTIFACT}",
-                                  dst_path=tmp)
+        if root == stored:  # where MLflow says (a server's proxied artifacts, say)
+            path = client.download_artifacts(run_id, SPEC_ARTIFACT, dst_path=tmp)
+        else:
+            path = download_artifacts(artifact_uri=f"{root.rstrip('/')}/{SPEC_ARTIFACT}",
+                                      dst_path=tmp)
         return yaml.safe_load(Path(path).read_text()) or {}
