@@ -6,7 +6,8 @@
 - ``optuna.journal``: the Optuna storage, unless ``search.storage`` names one;
 - ``mlflow.db`` (its creation serialised by ``mlflow.db.lock``) and ``mlartifacts/``: the
   default MLflow store, unless ``tracking.uri`` or ``MLFLOW_TRACKING_URI`` names one;
-- ``mlflow-buffer/``: a trial's writes kept while the store does not answer;
+- ``mlflow-buffer/``: a trial's writes kept while the store does not answer, signed with the
+  study's key ``mlflow-buffer.key`` (mode 600, beside it, never in it);
 - ``data/``: the prepared corpus cache; ``checkpoints/``: trial checkpoints
   (``search.checkpoint_interval``); ``branches/``: WSD trunks (``scaling.branches``);
   ``ray/``: Ray Tune's experiments; ``analysis/``: what ``sweep analyze`` writes.
@@ -40,6 +41,7 @@ LAYOUT = {
     "mlflow_db": _MLFLOW_DB,
     "artifacts": "mlartifacts",
     "buffer": "mlflow-buffer",
+    "buffer_key": "mlflow-buffer.key",
     "data": "data",
     "checkpoints": "checkpoints",
     "branches": "branches",
@@ -61,6 +63,7 @@ class StudyFolder:
     mlflow_db: Path = field(init=False, repr=False)
     artifacts: Path = field(init=False, repr=False)
     buffer: Path = field(init=False, repr=False)
+    buffer_key: Path = field(init=False, repr=False)
     data: Path = field(init=False, repr=False)
     checkpoints: Path = field(init=False, repr=False)
     branches: Path = field(init=False, repr=False)

@@ -26,3 +26,24 @@ def law(n, d, p=CHINCHILLA):
 def same_3_digits(value, truth):
     """Agree to 3 significant digits: within half a unit of the third digit of the truth."""
     return abs(value - truth) <= 0.5 * 10 ** (math.floor(math.log10(abs(truth))) - 2)
+
+
+class FailingAfter:
+    """An MLflow client whose server goes away after ``n`` writes (as requests reports it)."""
+
+    def __init__(self, client, n):
+        self.client, self.n = client, n
+
+    def __getattr__(self, name):
+        attr = getattr(self.client, name)
+        if name not in ("log_batch", "log_text", "set_terminated", "set_tag"):
+            return attr
+
+        def call(*args, **kwargs):
+            if self.n <= 0:
+                raise ConnectionError("Max retries exceeded with url: /api/2.0/mlflow/runs "
+                                      "(Connection refused)")
+            self.n -= 1
+            return attr(*args, **kwargs)
+
+        return call

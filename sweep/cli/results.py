@@ -100,8 +100,8 @@ def _load(study: str, tracking_uri: str | None) -> Any:
         from sweep.tracking import shown_uri
 
         first = str(exc).splitlines()[0] if str(exc) else ""
-        bad_input(f"--tracking-uri {tracking_uri and shown_uri(tracking_uri)}: "
-                  f"{type(exc).__name__}: {first}")
+        where = f"--tracking-uri {shown_uri(tracking_uri)}" if tracking_uri else study
+        bad_input(f"{where}: {type(exc).__name__}: {first}")
 
 
 def _columns(frame: Any, shown: Any) -> tuple[dict[str, str], dict[str, str]]:
@@ -182,7 +182,7 @@ def ui(
     open_browser: bool = typer.Option(False, "--open", help="Also open the URL in this "
                                                             "machine's web browser."),
 ) -> None:
-    """Serve the MLflow UI on a study's store and print the URL of its runs table."""
+    """Serve the MLflow UI on a study's store, read-only, and print the URL of its runs table."""
     from sweep.results import (
         Stopped,
         StudyNotFoundError,
@@ -212,7 +212,7 @@ def ui(
     with stop_signals():
         proc = None
         try:
-            proc = start_ui(uri, host=host, port=port)
+            proc = start_ui(uri, host=host, port=port, read_only=True)
             url = runs_view_url(f"http://{host}:{port}", experiment_id)
             common.console.print(f"MLflow UI for study {name}: {url}", highlight=False,
                                  soft_wrap=True)

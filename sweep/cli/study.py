@@ -7,7 +7,7 @@ import math
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -243,6 +243,29 @@ def worker(
                            "INTERRUPTED; run the worker again once it is back", 3)
 
 
+def _sync_targets(files: list[tuple[Path, dict[str, Any]]], tracking_uri: str | None,
+                  buffer: Path) -> set[str]:
+    """The stores the buffered runs go to; a SQLite one checked first (exit 2 if foreign)."""
+    from sweep.store_files import sqlite_file
+
+    uris: set[str] = set()
+    for _, header in files:
+        uri = tracking_uri or header.get("tracking_uri")
+        if not isinstance(uri, str) or "***" in uri:
+            bad_input(f"{buffer}: the study's tracking URI hides its password "
+                      "(it is never stored); give it with --tracking-uri")
+        uris.add(uri)
+    for uri in uris:
+        db = sqlite_file(uri)
+        if db is not None:
+            from sweep.tracking.stores import check_store
+
+            if not db.is_file():
+                bad_input(f"{uri}: no store there ({db} does not exist); nothing sent")
+            check_store(db, reading=False)
+    return uris
+
+
 @app.command()
 def sync(
     study_dir: str = typer.Argument(..., metavar="STUDY_DIR",
@@ -255,28 +278,27 @@ def sync(
 
     A trial whose MLflow writes failed kept them in ``STUDY_DIR/mlflow-buffer``
     (`sweep.tracking.buffer`); this sends them, in order, into the runs they belong to (no run
-    is created, so none is doubled) and deletes what was sent. ``sweep run`` does the same when
-    it resumes. Exits 0 when everything was sent, 3 when the store still does not answer (what
-    was not sent stays), 1 when the store refused a run's writes for another reason.
+    is created, so none is doubled) and deletes what was sent, saying how many writes of each
+    run it sent. Only files a trial of this study wrote and signed are sent; any other file
+    there gets a note and is left as it is. ``sweep run`` does the same when it resumes. Exits
+    0 when everything was sent, 3 when the store still does not answer (what was not sent
+    stays), 1 when the store refused a run's writes for another reason.
     """
     if not Path(study_dir).is_dir():
         bad_input(f"STUDY_DIR {study_dir}: not a folder")
     buffer = StudyFolder(Path(study_dir)).buffer
-    from sweep.tracking.buffer import buffered_runs
+    from sweep.tracking.buffer import scan
 
-    files = buffered_runs(buffer)
+    files, refused = scan(buffer)
+    for path, reason in refused:
+        common.err_console.print(f"note: {path}: not sent: {reason}; left as it is",
+                                 highlight=False, soft_wrap=True)
     if not files:
-        common.console.print(f"nothing to send: no buffered trial runs in {buffer}",
-                             highlight=False)
+        common.console.print(f"nothing to send: no buffered trial runs of this study in "
+                             f"{buffer}", highlight=False)
         return
-    uris: set[str] = set()
-    for _, header in files:
-        uri = tracking_uri or header.get("tracking_uri")
-        if not isinstance(uri, str) or "***" in uri:
-            bad_input(f"{buffer}: the study's tracking URI hides its password "
-                      "(it is never stored); give it with --tracking-uri")
-        uris.add(uri)
-    from sweep.tracking import UnreachableStoreError, check_reachable
+    uris = _sync_targets(files, tracking_uri, buffer)
+    from sweep.tracking import UnreachableStoreError, check_reachable, shown_uri
     from sweep.tracking.buffer import sync_to
 
     for uri in sorted(uris):
@@ -285,9 +307,16 @@ def sync(
         except UnreachableStoreError as exc:
             common.stopped(f"{exc}; nothing sent, {len(files)} trial run(s) kept in {buffer}", 3)
     result = sync_to(buffer, lambda header: tracking_uri or header["tracking_uri"])
+    trials = {header["run_id"]: header.get("trial") for _, header in files}
+    for run_id, count in result.sent.items():
+        common.console.print(f"run {run_id} (trial {trials.get(run_id)}): sent {count} "
+                             "write(s)", highlight=False)
     shown = ", ".join(shown_uri(u) for u in sorted(uris))
     common.console.print(f"sent {result.writes} write(s) of {len(result.runs)} trial run(s) "
                          f"to {shown}", highlight=False)
+    for path, reason in result.refused[len(refused):]:
+        common.err_console.print(f"note: {path}: not sent: {reason}; left as it is",
+                                 highlight=False, soft_wrap=True)
     for run_id, reason in result.rejected:
         common.err_console.print(f"run {run_id}: not sent: {reason} (kept in {buffer})",
                                  highlight=False, soft_wrap=True)

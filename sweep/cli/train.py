@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, TypeVar, get_args
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from sweep.cli import common
 from sweep.cli.common import SET_FORMS, app, as_bad_input, bad_input, parse_sets, split_sets
-from sweep.cli.estimate_table import estimate_table
-from sweep.folder import RUNS, out_problem, system_folder
+from sweep.folder import RUNS, StudyFolder, out_problem, system_folder
 from sweep.schema import TrialState
 
 if TYPE_CHECKING:
@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 
 def _check_save_dir(save: str | None) -> None:
     """Refuse a ``--save`` path that is a file or a folder holding something else."""
-    from pathlib import Path
-
     from sweep.train.saved import CONFIG_FILE
 
     if save is None:
@@ -117,6 +115,21 @@ def train(
            save=save, track=track, tracking_uri=tracking_uri, device=device, as_json=as_json)
 
 
+def _check_store_file(uri: str) -> None:
+    """Exit 2 before anything is written when the run's SQLite store is a file of another kind.
+
+    The rule every command applies (`sweep.store_files.mlflow_store_problem`); the file is left
+    as it is.
+    """
+    from sweep.store_files import mlflow_store_problem, sqlite_file
+
+    db = sqlite_file(uri)
+    if db is not None and db.exists():
+        problem = mlflow_store_problem(db, new_ok=True)
+        if problem is not None:
+            bad_input(f"the run's tracking store {uri}: {problem}; it is left as it is")
+
+
 def _train(base, study_trial, overrides, *, data, budget_tokens, out, save, track,
            tracking_uri, device, as_json) -> None:
     """`train` once its flags are read: check, train, track, save, print."""
@@ -127,6 +140,9 @@ def _train(base, study_trial, overrides, *, data, budget_tokens, out, save, trac
     if out is None:
         out = study_trial.folder if study_trial is not None and study_trial.folder \
             else RUNS / "train"
+    if track and study_trial is None:
+        _check_store_file(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+                          or StudyFolder(Path(out)).tracking_uri())
     try:
         request = TrainRequest(base, overrides["model"], overrides["train"], data,
                                budget_tokens, out)
@@ -328,64 +344,3 @@ def _check_model_fits(model_dir: str, model: ModelConfig, device: str) -> None:
                   f"model.n_layers={model.n_layers}, model.vocab_size={model.vocab_size}: "
                   f"{n_params:.3g} parameters need {4.0 * n_params / 1e9:.3g} GB as fp32 "
                   f"weights, over the {have / 1e9:.3g} GB of {device}")
-
-
-_Choice = TypeVar("_Choice", bound=str)
-
-
-def _choice(name: str, value: str, choices: tuple[_Choice, ...]) -> _Choice:
-    """``value`` as the one of ``choices`` it is, typed as they are (a cost-model ``Literal``).
-
-    Raises:
-        ConfigError: ``name=value is not one of ...``, as `sweep_models.cost.estimate` says it.
-    """
-    from sweep_models.errors import check_choice
-
-    check_choice(name, value, choices)
-    return choices[choices.index(value)]
-
-
-@app.command("estimate")
-def estimate_cmd(
-    preset: str = typer.Option("gpt2", help="Model preset to start from."),
-    sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE",
-                                   help="Override a model field (repeatable): FIELD=VALUE or "
-                                        "model.FIELD=VALUE."),
-    batch_size: int = typer.Option(1, "--batch-size", min=1, help="Sequences per step."),
-    seq_len: int = typer.Option(None, "--seq-len", help="Tokens per sequence (<= the "
-                                "config's seq_len; change that with --set seq_len=N)."),
-    dtype: str = typer.Option("fp32", help="fp32, or bf16 (autocast, fp32 weights)."),
-    optimizer: str = typer.Option("adamw", help="adamw, or sgd (with momentum)."),
-    attn_backend: str = typer.Option(None, "--attn-backend",
-                                     help="auto, sdpa, flex or math (default: the config's)."),
-    device: str = typer.Option("cuda", help="cuda or cpu: which kernels the estimate assumes."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-) -> None:
-    """Parameters, FLOPs per token and training memory of a model, without building it."""
-    from sweep_models import ModelConfig
-    from sweep_models import cost as cost_model
-    from sweep_models.cost.memory import Device, Dtype, MemoryBackend, Optimizer
-
-    overrides = split_sets(parse_sets(sets), ("model",))["model"]
-    config = ModelConfig.from_preset(preset, **overrides)
-    dtypes: tuple[Dtype, ...] = get_args(Dtype)
-    optimizers: tuple[Optimizer, ...] = get_args(Optimizer)
-    backends: tuple[MemoryBackend, ...] = get_args(MemoryBackend)
-    devices: tuple[Device, ...] = get_args(Device)
-    # checked in estimate's order, so the value refused first is the one estimate would refuse
-    est = cost_model.estimate(
-        config, batch_size=batch_size, seq_len=seq_len, dtype=_choice("dtype", dtype, dtypes),
-        optimizer=_choice("optimizer", optimizer, optimizers),
-        attn_backend=None if attn_backend is None else _choice("attn_backend", attn_backend,
-                                                               backends),
-        device=_choice("device", device, devices))
-    if as_json:
-        typer.echo(json.dumps({"preset": preset, "config": config.to_dict(), **est.to_dict()}))
-        return
-    title = " ".join([preset, *(f"{k}={v}" for k, v in overrides.items())])
-    common.console.print(estimate_table(title, config, est))
-    common.console.print(f"B={est.batch_size}, T={est.seq_len}, {est.dtype}, {est.optimizer}, "
-                  f"attention backend {est.attn_backend} on {est.device}; memory total is the "
-                  "peak of a steady-state training step"
-                  + ("; a token is any token of the window, source or target"
-                     if config.arch == "encoder_decoder" else ""), highlight=False)

@@ -99,6 +99,25 @@ def locate_storage(study_dir: str | Path, storage: str | None = None) -> StudySt
     return StudyStorage(str(journal), name)
 
 
+def _check_file(url: str, shown: str) -> None:
+    """Refuse a journal or SQLite file that is not an Optuna storage, before Optuna opens it.
+
+    The rule every command applies (`sweep.store_files.optuna_storage_problem`); the file is
+    left as it is.
+    """
+    from sweep.store_files import optuna_storage_problem, sqlite_file
+
+    journal = "://" not in url
+    path = Path(url) if journal else sqlite_file(url)
+    if path is None:
+        return
+    if not path.exists():
+        raise DashboardError(f"storage {shown}: no such file {path}")
+    problem = optuna_storage_problem(path, journal=journal, new_ok=False)
+    if problem is not None:
+        raise DashboardError(f"storage {shown}: {problem}; it is left as it is")
+
+
 def open_storage(url: str, *, writable: bool = False) -> Any:
     """The Optuna storage at ``url``; read-only (`sweep.results.readonly`) unless ``writable``.
 
@@ -107,11 +126,12 @@ def open_storage(url: str, *, writable: bool = False) -> Any:
     names no cause).
 
     Raises:
-        DashboardError: The file is not an Optuna journal, or the database cannot be read as
-            Optuna's, naming the storage (password masked).
+        DashboardError: The file is not an Optuna journal or database (`_check_file`), or the
+            database cannot be read as Optuna's, naming the storage (password masked).
     """
     from sweep.tracking import shown_uri
 
+    _check_file(url, shown_uri(url))
     try:
         if writable:
             import optuna

@@ -12,13 +12,14 @@ taken), so a live study's workers are never blocked by the dashboard. Imported o
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Container, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from optuna.storages import BaseStorage
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalStorage
+
+from sweep.store_files import is_optuna_journal, read_only_url, sqlite_file
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
@@ -45,23 +46,17 @@ class ReadOnlyJournal(BaseJournalBackend):
 
     Raises:
         FileNotFoundError: ``path`` is not a file.
-        ValueError: Its first line is not an Optuna journal record (a JSON object with an
-            integer ``op_code``); Optuna itself would read such a file as an empty journal.
+        ValueError: Its first line is not an Optuna journal record
+            (`sweep.store_files.is_optuna_journal`); Optuna itself would read such a file as
+            an empty journal.
     """
 
     def __init__(self, path: str | Path) -> None:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no journal file {path}")
-        with open(path, "rb") as f:
-            first = f.readline(1 << 20)
-        if first.strip():
-            try:
-                record = json.loads(first)
-            except ValueError:
-                record = None
-            if not isinstance(record, dict) or type(record.get("op_code")) is not int:
-                raise ValueError(f"{path} is not an Optuna journal (its first line is no "
-                                 "journal record)")
+        if not is_optuna_journal(Path(path)):
+            raise ValueError(f"{path} is not an Optuna journal (its first line is no "
+                             "journal record)")
         # JournalFileBackend writes only in append_logs (and creates a missing file, which
         # cannot happen here); its reading is the one to reuse, offsets cached and all.
         self._file = JournalFileBackend(str(path))
@@ -87,8 +82,11 @@ def open_read_only(url: str, refuse: Callable[[str], Exception] = ReadOnlyError
     if "://" in url:
         from optuna.storages import RDBStorage
 
-        # No table creation: an RDB that holds no Optuna tables is refused, not initialised.
-        return ReadOnlyStorage(RDBStorage(url, skip_table_creation=True), refuse)
+        # No table creation: an RDB that holds no Optuna tables is refused, not initialised;
+        # a SQLite file is opened read-only besides.
+        path = sqlite_file(url)
+        opened = read_only_url(path) if path is not None else url
+        return ReadOnlyStorage(RDBStorage(opened, skip_table_creation=True), refuse)
     return ReadOnlyStorage(JournalStorage(ReadOnlyJournal(url)), refuse)
 
 

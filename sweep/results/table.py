@@ -6,10 +6,8 @@ the corpus's unigram baseline and in bits per byte: for scripted analyses.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,7 @@ from sweep.schema import (
     METRIC_WALL_S,
     TrialState,
 )
+from sweep.store_files import sqlite_file
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +81,13 @@ class StudyNotFoundError(InputError, LookupError):
     """No study store or experiment matches the name or folder given."""
 
 
-def _is_mlflow_store(db: Path) -> bool:
-    """Whether the SQLite file ``db`` holds MLflow's tables; opened read-only, never changed."""
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{db.resolve()}?mode=ro", uri=True)) as con:
-            rows = con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
-    except sqlite3.DatabaseError:
-        return False
-    return ("experiments",) in rows
+def _checked(db: Path, source: str) -> str:
+    """``db``'s tracking URI once `sweep.tracking.stores.check_store` accepts it for reading."""
+    from sweep.tracking.stores import check_store
+
+    if not db.is_file():
+        raise StudyNotFoundError(f"{source}: no store there ({db} does not exist)")
+    return check_store(db, reading=True)
 
 
 def resolve_study(study_or_dir: str | Path, tracking_uri: str | None = None) -> tuple[str, str]:
@@ -100,21 +98,25 @@ def resolve_study(study_or_dir: str | Path, tracking_uri: str | None = None) -> 
     ``study_or_dir`` is the experiment name in that store, or the study's output folder
     (its name, or the store's only study).
 
+    A SQLite store is checked first (`sweep.tracking.stores.check_store`): a file that is not
+    an MLflow store, or whose schema this MLflow would migrate, is refused and left as it is;
+    the study is then read through a read-only connection.
+
     Returns:
         ``(tracking_uri, study_name)``.
 
     Raises:
         StudyNotFoundError: Naming ``study_or_dir`` (and the studies the store holds).
         sweep.tracking.UnreachableStoreError: ``tracking_uri`` is a server that does not answer.
+        sweep.tracking.stores.ForeignStoreError: The SQLite file is not an MLflow store.
+        sweep.tracking.stores.StoreSchemaError: Its schema is not this MLflow's.
     """
     name = str(study_or_dir)
     if tracking_uri is None:
         db = find_store(study_or_dir)
         if db is None:
             raise StudyNotFoundError(missing_store(study_or_dir))
-        if not _is_mlflow_store(db):
-            raise StudyNotFoundError(f"{db} is not an MLflow store (no experiments table)")
-        tracking_uri = f"sqlite:///{db.resolve()}"
+        tracking_uri = _checked(db, name)
         studies = tracking.list_studies(tracking_uri)
         for candidate in (name, db.resolve().parent.name):
             if candidate in studies:
@@ -125,6 +127,9 @@ def resolve_study(study_or_dir: str | Path, tracking_uri: str | None = None) -> 
                                  f"name one: --tracking-uri {tracking_uri} STUDY")
     tracking_uri = tracking.absolute_uri(tracking_uri)
     tracking.check_reachable(tracking_uri, "--tracking-uri")
+    db = sqlite_file(tracking_uri)
+    if db is not None:
+        tracking_uri = _checked(db, "--tracking-uri")
     studies = tracking.list_studies(tracking_uri)
     for candidate in (name, Path(name).name):
         if candidate in studies:

@@ -63,9 +63,19 @@ def stop_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def ui_command(tracking_uri: str, *, host: str = "127.0.0.1", port: int = 5000) -> list[str]:
-    """The ``mlflow server`` command serving ``tracking_uri`` (one worker; local artifacts)."""
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri]
+def ui_command(tracking_uri: str, *, host: str = "127.0.0.1", port: int = 5000,
+               read_only: bool = False) -> list[str]:
+    """The ``mlflow server`` command serving ``tracking_uri`` (one worker; local artifacts).
+
+    With ``read_only``, a SQLite store is opened read-only
+    (`sweep.tracking.stores.reading_uri`): the UI shows it, and an edit made there fails.
+    """
+    backend = tracking_uri
+    if read_only:
+        from sweep.tracking.stores import reading_uri
+
+        backend = reading_uri(tracking_uri)
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend]
     cmd += ["--host", host, "--port", str(port), "--workers", "1"]
     if tracking_uri.startswith("sqlite:///"):
         store_dir = Path(tracking_uri[len("sqlite:///") :]).resolve().parent
@@ -80,6 +90,7 @@ def start_ui(
     port: int = 5000,
     timeout_s: float = 90.0,
     log_path: Path | None = None,
+    read_only: bool = False,
 ) -> subprocess.Popen:
     """Start the MLflow UI for a store in its own process group and wait until it answers.
 
@@ -89,6 +100,7 @@ def start_ui(
         port: TCP port.
         timeout_s: Seconds to wait for ``GET /health``.
         log_path: File for the server's output (default: discarded).
+        read_only: Serve a SQLite store read-only (`ui_command`).
 
     Returns:
         The server process; stop it with `stop_ui`.
@@ -98,7 +110,7 @@ def start_ui(
     """
     out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(
-        ui_command(tracking_uri, host=host, port=port),
+        ui_command(tracking_uri, host=host, port=port, read_only=read_only),
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,

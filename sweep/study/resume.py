@@ -172,6 +172,8 @@ def reconcile(ctx: Any, trials: Any = None, *, assume_dead: str | None = None) -
         raise synced.error
     for run_id, reason in synced.rejected:
         log.warning("buffered writes of run %s not sent: %s", run_id, reason)
+    for path, reason in synced.refused:
+        log.warning("%s not sent: %s; left as it is", path, reason)
     done.synced = synced.runs
     alive = trials(done) if trials is not None else None
     reconcile_runs(ctx.tracking, alive=alive, done=done, assume_dead=assume_dead)

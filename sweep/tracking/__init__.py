@@ -24,6 +24,7 @@ from sweep.tracking.reader import (
     read_trials,
     val_loss_histories,
 )
+from sweep.tracking.stores import ensure_store
 from sweep.tracking.study_run import StudyTracker
 from sweep.tracking.trial_context import TrialContext
 from sweep.tracking.trial_run import TrialRun
@@ -32,7 +33,6 @@ from sweep.tracking.uris import (
     absolute_uri,
     check_reachable,
     default_tracking_uri,
-    ensure_store,
     shown_uri,
 )
 

@@ -16,9 +16,21 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from sweep.errors import InputError
+from sweep.tracking.stores import reading_uri, relocate_artifacts
 from sweep.tracking.study_run import load_stored_spec
 
 __all__ = ["StoredSpecError", "log_files", "log_json", "read_parent_metrics", "read_stored_spec"]
+
+
+def _writing_client(tracking_uri: str, run_id: str) -> MlflowClient:
+    """A client for adding artifacts to run ``run_id``, its study's folder moved or not.
+
+    The run's experiment is pointed at ``<store's folder>/mlartifacts`` first
+    (`sweep.tracking.stores.relocate_artifacts`), so nothing is written at the old place.
+    """
+    client = MlflowClient(tracking_uri)
+    relocate_artifacts(tracking_uri, client.get_run(run_id).info.experiment_id)
+    return client
 
 
 def log_json(tracking_uri: str, run_id: str, data: Any, artifact_file: str) -> None:
@@ -27,7 +39,8 @@ def log_json(tracking_uri: str, run_id: str, data: Any, artifact_file: str) -> N
     Raises:
         mlflow.exceptions.MlflowException, OSError: The store refuses the artifact.
     """
-    MlflowClient(tracking_uri).log_text(run_id, json.dumps(data, indent=2), artifact_file)
+    client = _writing_client(tracking_uri, run_id)
+    client.log_text(run_id, json.dumps(data, indent=2), artifact_file)
 
 
 def log_files(tracking_uri: str, run_id: str, paths: Iterable[str | Path],
@@ -37,7 +50,7 @@ def log_files(tracking_uri: str, run_id: str, paths: Iterable[str | Path],
     Raises:
         mlflow.exceptions.MlflowException, OSError: The store refuses a file.
     """
-    client = MlflowClient(tracking_uri)
+    client = _writing_client(tracking_uri, run_id)
     for path in paths:
         client.log_artifact(run_id, str(path), artifact_dir)
 
@@ -53,11 +66,11 @@ def read_stored_spec(tracking_uri: str, run_id: str) -> dict[str, Any]:
         StoredSpecError: The artifact cannot be downloaded, or is not YAML.
     """
     try:
-        return load_stored_spec(MlflowClient(tracking_uri), run_id)
+        return load_stored_spec(MlflowClient(reading_uri(tracking_uri)), run_id, tracking_uri)
     except (MlflowException, OSError, yaml.YAMLError) as exc:
         raise StoredSpecError(f"{type(exc).__name__}: {exc}") from exc
 
 
 def read_parent_metrics(tracking_uri: str, run_id: str) -> dict[str, float]:
     """The latest value of each metric a study's parent run ``run_id`` logged."""
-    return dict(MlflowClient(tracking_uri).get_run(run_id).data.metrics)
+    return dict(MlflowClient(reading_uri(tracking_uri)).get_run(run_id).data.metrics)

@@ -20,8 +20,10 @@ and tags by key (the same value again is accepted), and the sent metric value wo
 at the same step and timestamp.
 
 Writers and replays of one file take an exclusive ``flock`` on it, so a ``sweep sync`` next to a
-live trial neither loses nor doubles a write. Only files with this module's header line are
-read (`FORMAT`); nothing else in the folder is touched.
+live trial neither loses nor doubles a write. Only files this module wrote for the study are
+sent: every line is signed with the study's key (`sweep.tracking.buffer_auth`), the header
+names the run and the file is named after it; any other ``*.jsonl`` file is refused with a
+note and, like everything else in the folder, left as it is.
 
 The first failing write waits out MLflow's own HTTP retries (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
 ``MLFLOW_HTTP_REQUEST_TIMEOUT``) before it is buffered; the writes after it do not.
@@ -29,28 +31,35 @@ The first failing write waits out MLflow's own HTTP retries (``MLFLOW_HTTP_REQUE
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Metric, Param, RunTag
 
+from sweep.tracking.buffer_auth import key_path, line_mac, study_key
+from sweep.tracking.buffer_replay import (
+    FORMAT,
+    BufferRefusedError,
+    SyncResult,
+    buffered_runs,
+    locked,
+    replay_file,
+    scan,
+    sync_folder,
+    sync_to,
+)
 from sweep.tracking.faults import infrastructure_fault
 
-#: The header line's ``format`` of a buffer file.
-FORMAT = "transformer-sweep mlflow-buffer 1"
 #: Seconds between attempts to send a buffered run while its trial trains.
 PROBE_S = 10.0
 
-__all__ = ["FORMAT", "PROBE_S", "BufferedClient", "SyncResult", "buffered_runs", "sync_to",
-           "replay_file", "sync_folder"]
+__all__ = ["FORMAT", "PROBE_S", "BufferRefusedError", "BufferedClient", "SyncResult",
+           "buffered_runs", "replay_file", "scan", "sync_folder", "sync_to"]
 
 
 def _metric(m: Metric) -> list[object]:
@@ -59,36 +68,6 @@ def _metric(m: Metric) -> list[object]:
 
 def _kv(items: Iterable[Param | RunTag]) -> list[list[str]]:
     return [[x.key, x.value] for x in items]
-
-
-@contextlib.contextmanager
-def _locked(path: Path, mode: str = "a+"):
-    """Open ``path`` and hold an exclusive ``flock`` on it; yield the file, or None if gone.
-
-    A file deleted (replayed) while we waited for the lock is opened again (mode ``a+``:
-    created anew, so a writer never appends to the deleted one) or reported as None (mode
-    ``r``).
-    """
-    while True:
-        try:
-            f = open(path, mode, encoding="utf-8")  # noqa: SIM115
-        except FileNotFoundError:
-            yield None
-            return
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                same = os.stat(path).st_ino == os.fstat(f.fileno()).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                yield f
-                return
-        finally:
-            f.close()
-        if "r" in mode and "+" not in mode:
-            yield None
-            return
 
 
 class BufferedClient:
@@ -112,6 +91,8 @@ class BufferedClient:
         self._client, self.run_id = client, run_id
         self.path = Path(folder) / f"{run_id}.jsonl" if folder is not None else None
         self._header = {"format": FORMAT, "run_id": run_id, **header}
+        self._key: bytes | None = None
+        self._last: tuple[int, int, str] | None = None  # (inode, size, MAC) after our write
         self._lock = threading.RLock()
         self._buffering = False
         self._probe: threading.Thread | None = None
@@ -184,13 +165,40 @@ class BufferedClient:
 
     def _append(self, path: Path, op: dict[str, Any]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(op, allow_nan=True) + "\n"
-        with _locked(path) as f:  # "a+" opens at the end; a new file gets the header
+        if self._key is None:
+            self._key = study_key(key_path(path.parent))
+        text = json.dumps(op, allow_nan=True)
+        with locked(path) as f:  # "a+" opens at the end; a new file gets the header
+            previous = ""
             if f.tell() == 0:
-                f.write(json.dumps(self._header) + "\n")
-            f.write(line)
+                previous = line_mac(self._key, "", json.dumps(self._header))
+                f.write(f"{json.dumps(self._header)}\t{previous}\n")
+            else:
+                previous = self._previous_mac(f)
+            mac = line_mac(self._key, previous, text)
+            f.write(f"{text}\t{mac}\n")
             f.flush()
             os.fsync(f.fileno())
+            info = os.fstat(f.fileno())
+            self._last = (info.st_ino, info.st_size, mac)
+
+    def _previous_mac(self, f: Any) -> str:
+        """The MAC of the last whole line of the open file ``f``, left at its end.
+
+        A last line cut short (a write that failed half-way) is cut off first: it is no
+        write, and the next line chains to the one before it.
+        """
+        info = os.fstat(f.fileno())
+        if self._last is not None and self._last[:2] == (info.st_ino, info.st_size):
+            return self._last[2]
+        f.seek(0)
+        text = f.read()
+        whole = text[:text.rfind("\n") + 1]
+        if len(whole) != len(text):
+            f.truncate(len(whole.encode()))
+        f.seek(0, os.SEEK_END)
+        lines = whole.split("\n")[:-1]
+        return lines[-1].rpartition("\t")[2] if lines else ""
 
     # ------------------------------------------------------------------------------ flush
     def _start_probe(self) -> None:
@@ -223,152 +231,3 @@ class BufferedClient:
                 return False
             self._buffering = False
             return True
-
-
-@dataclass
-class SyncResult:
-    """What `sync_folder` sent.
-
-    Attributes:
-        runs: Run ids whose buffered writes were all sent (their files deleted).
-        writes: Writes sent.
-        left: Run ids whose files remain because the store failed during the replay.
-        error: The infrastructure fault that stopped the replay, if one did.
-        rejected: ``(run id, reason)`` of files the store refused for another reason (the run
-            was deleted, say); they are kept and tried again at the next sync.
-    """
-
-    runs: list[str]
-    writes: int
-    left: list[str]
-    error: BaseException | None = None
-    rejected: list[tuple[str, str]] = field(default_factory=list)
-
-
-def _sent_path(path: Path) -> Path:
-    return path.with_suffix(".sent")
-
-
-def _read_header(line: str) -> dict[str, Any] | None:
-    try:
-        header = json.loads(line)
-    except ValueError:
-        return None
-    return header if isinstance(header, dict) and header.get("format") == FORMAT else None
-
-
-def buffered_runs(folder: Path | str) -> list[tuple[Path, dict[str, Any]]]:
-    """The buffer files in ``folder`` (this module's format only), with their headers."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = []
-    for path in sorted(folder.glob("*.jsonl")):
-        try:
-            with open(path, encoding="utf-8") as f:
-                header = _read_header(f.readline())
-        except (OSError, UnicodeDecodeError):
-            continue
-        if header is not None and header.get("run_id") == path.stem:
-            found.append((path, header))
-    return found
-
-
-def _apply(client: Any, run_id: str, op: dict[str, Any]) -> None:
-    kind = op.get("op")
-    if kind == "batch":
-        client.log_batch(run_id, metrics=[Metric(k, float(v), int(ts), int(s))
-                                          for k, v, ts, s in op["metrics"]],
-                         params=[Param(k, v) for k, v in op["params"]],
-                         tags=[RunTag(k, v) for k, v in op["tags"]])
-    elif kind == "text":
-        client.log_text(run_id, op["text"], op["file"])
-    elif kind == "end":
-        client.set_terminated(run_id, op["status"], end_time=op["end_time"])
-    else:
-        raise ValueError(f"unknown buffered write {kind!r}")
-
-
-def replay_file(path: Path | str | None, client: Any) -> int:
-    """Send the writes of one buffer file in order, then delete it; return how many were sent.
-
-    Resumes after the writes a previous replay sent (``<run_id>.sent``). A missing file sends
-    nothing.
-
-    Raises:
-        Exception: The client's error when the store fails mid-replay (the file keeps the
-            writes not sent yet).
-        ValueError: The file is not a buffer file of this module.
-    """
-    if path is None:
-        return 0
-    path = Path(path)
-    sent_path = _sent_path(path)
-    with _locked(path, "r") as f:
-        if f is None:
-            return 0
-        text = f.read()
-        # A last line without its newline was cut by a crash mid-write: it is not a write.
-        lines = text.split("\n")[:-1]
-        header = _read_header(lines[0]) if lines else None
-        if header is None:
-            raise ValueError(f"{path}: not a buffer file of this service")
-        try:
-            done = int(sent_path.read_text().strip() or 0)
-        except (FileNotFoundError, ValueError):
-            done = 0
-        sent = 0
-        ops = [json.loads(line) for line in lines[1:] if line.strip()]
-        for index in range(done, len(ops)):
-            _apply(client, header["run_id"], ops[index])
-            sent += 1
-            tmp = sent_path.with_suffix(".sent.tmp")
-            tmp.write_text(str(index + 1))
-            os.replace(tmp, sent_path)
-        path.unlink()
-        sent_path.unlink(missing_ok=True)
-        return sent
-
-
-def sync_to(folder: Path | str, uri_for: Any) -> SyncResult:
-    """`sync_folder` with each file sent to the store ``uri_for(header)`` names."""
-    from mlflow import MlflowClient
-
-    clients: dict[str, Any] = {}
-
-    def client_for(header: dict[str, Any]) -> Any:
-        uri = uri_for(header)
-        if uri not in clients:
-            clients[uri] = MlflowClient(uri)
-        return clients[uri]
-
-    return sync_folder(folder, client_for)
-
-
-def sync_folder(folder: Path | str, client_for: Any) -> SyncResult:
-    """Replay every buffer file in ``folder`` (`replay_file`).
-
-    Stops at the first infrastructure fault (the store still does not answer); a file the
-    store refuses otherwise is counted in ``rejected`` and the others are sent.
-
-    Args:
-        folder: A study's buffer folder (``<study>/mlflow-buffer``).
-        client_for: Called with a file's header, returns the MLflow client to send it with.
-
-    Returns:
-        The `SyncResult`.
-    """
-    result = SyncResult([], 0, [])
-    files = buffered_runs(folder)
-    for i, (path, header) in enumerate(files):
-        try:
-            result.writes += replay_file(path, client_for(header))
-            result.runs.append(header["run_id"])
-        except Exception as exc:  # noqa: BLE001 (reported in the result)
-            if infrastructure_fault(exc) is None:
-                result.rejected.append((header["run_id"], f"{type(exc).__name__}: {exc}"))
-                continue
-            result.error = exc
-            result.left.extend(h["run_id"] for _, h in files[i:])
-            break
-    return result

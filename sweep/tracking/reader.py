@@ -1,6 +1,7 @@
 """Reading a study back from MLflow.
 
-Which studies a store holds, a study's trial runs, their val-loss curves, one trial's run.
+Which studies a store holds, a study's trial runs, their val-loss curves, one trial's run. A
+SQLite store is read through a read-only connection (`sweep.tracking.stores.reading_uri`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sweep.schema import (
     TrialState,
     mutation_key,
 )
+from sweep.tracking.stores import reading_uri
 
 if TYPE_CHECKING:
     from sweep.tracking.trial_context import TrialContext
@@ -41,7 +43,7 @@ def latest_parent(client: MlflowClient, experiment_id: str) -> Any:
 
 def find_study(tracking_uri: str, study_name: str) -> tuple[str, str] | None:
     """``(experiment_id, parent_run_id)`` of the latest parent run of ``study_name``, or None."""
-    client = MlflowClient(tracking_uri)
+    client = MlflowClient(reading_uri(tracking_uri))
     experiment = client.get_experiment_by_name(study_name)
     if experiment is None:
         return None
@@ -51,7 +53,7 @@ def find_study(tracking_uri: str, study_name: str) -> tuple[str, str] | None:
 
 def list_studies(tracking_uri: str) -> list[str]:
     """Names of the experiments in the store that hold a study parent run."""
-    client = MlflowClient(tracking_uri)
+    client = MlflowClient(reading_uri(tracking_uri))
     return [
         e.name
         for e in client.search_experiments()
@@ -70,7 +72,7 @@ def read_trials(tracking_uri: str, experiment_id: str, parent_run_id: str) -> li
         ``metrics`` (latest
         value of each metric; ``val_loss`` is the final one), ``start_time``/``end_time`` (ms).
     """
-    client = MlflowClient(tracking_uri)
+    client = MlflowClient(reading_uri(tracking_uri))
     trials, token = [], None
     while True:
         page = client.search_runs(
@@ -104,7 +106,7 @@ def read_trials(tracking_uri: str, experiment_id: str, parent_run_id: str) -> li
 
 def val_loss_histories(tracking_uri: str, run_ids: Iterable[str]) -> dict[str, list[tuple]]:
     """``run_id -> [(tokens, val_loss), ...]`` sorted by tokens, from the metric histories."""
-    client = MlflowClient(tracking_uri)
+    client = MlflowClient(reading_uri(tracking_uri))
     return {
         run_id: sorted((m.step, m.value)
                        for m in client.get_metric_history(run_id, METRIC_VAL_LOSS))
@@ -114,7 +116,7 @@ def val_loss_histories(tracking_uri: str, run_ids: Iterable[str]) -> dict[str, l
 
 def find_trial_run(tracking: TrialContext, number: int) -> str | None:
     """Run id of trial ``number``'s child run in the study of ``tracking`` (the latest), or None."""
-    runs = MlflowClient(tracking.tracking_uri).search_runs(
+    runs = MlflowClient(reading_uri(tracking.tracking_uri)).search_runs(
         [tracking.experiment_id],
         filter_string=(f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{tracking.parent_run_id}' and "
                        f"tags.`{TAG_TRIAL_NUMBER}` = '{number}'"),
@@ -128,7 +130,7 @@ def mutated_params(tracking_uri: str, run_ids: Iterable[str]) -> dict[str, dict[
     Those population-based training changed (tags ``pbt.<param>``,
     `sweep.tracking.TrialRun.log_mutation`); a run that changed none maps to an empty dict.
     """
-    client = MlflowClient(tracking_uri)
+    client = MlflowClient(reading_uri(tracking_uri))
     prefix, out = mutation_key(""), {}
     for run_id in run_ids:
         tags = client.get_run(run_id).data.tags

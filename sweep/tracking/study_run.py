@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import yaml
 from mlflow import MlflowClient
+from mlflow.artifacts import download_artifacts
 from mlflow.entities import Metric, Run, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
@@ -51,9 +52,10 @@ from sweep.schema import (
 from sweep.spec.resume import ResumeError, check_resume_compatible
 from sweep.tracking.notes import experiment_note, parent_note
 from sweep.tracking.reader import latest_parent, read_trials
+from sweep.tracking.stores import artifact_root, ensure_store, relocate_artifacts
 from sweep.tracking.trial_context import TrialContext
 from sweep.tracking.trial_run import TrialRun, finite, finite_float, now_ms
-from sweep.tracking.uris import absolute_uri, ensure_store, sqlite_path
+from sweep.tracking.uris import absolute_uri, sqlite_path
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +162,7 @@ class StudyTracker:
         ensure_store(tracking_uri)
         client = MlflowClient(tracking_uri)
         experiment_id = get_or_create_experiment(client, tracking_uri, study_name)
+        relocate_artifacts(tracking_uri, experiment_id)  # a study folder moved since
         spec = _plain(spec)
         digest = spec_hash or _digest(spec)
         parent = latest_parent(client, experiment_id) if resume else None
@@ -178,7 +181,7 @@ class StudyTracker:
             run_id = parent.info.run_id
             old_digest = parent.data.tags.get(TAG_SPEC_HASH, "unknown")
             try:
-                old_spec = load_stored_spec(client, run_id)
+                old_spec = load_stored_spec(client, run_id, tracking_uri)
             except MlflowException:
                 old_spec = None
             if old_spec is None:  # killed between creating the parent and logging its spec
@@ -347,13 +350,22 @@ def _best_trial(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
     return min(ranked, key=lambda t: t["metrics"][METRIC_BEST_VAL_LOSS], default=None)
 
 
-def load_stored_spec(client: MlflowClient, run_id: str) -> dict[str, Any]:
+def load_stored_spec(client: MlflowClient, run_id: str, tracking_uri: str) -> dict[str, Any]:
     """The plain spec a study's parent run ``run_id`` stored as ``spec.yaml`` ({} if empty).
+
+    Read where the run's artifacts are now (`sweep.tracking.stores.artifact_root`), so a
+    study folder that was moved still finds it.
 
     Raises:
         mlflow.exceptions.MlflowException, OSError: The artifact cannot be downloaded.
         yaml.YAMLError: It is not YAML.
     """
+    stored = client.get_run(run_id).info.artifact_uri
+    root = artifact_root(tracking_uri, stored)
     with tempfile.TemporaryDirectory() as tmp:
-        path = client.download_artifacts(run_id, SPEC_ARTIFACT, dst_path=tmp)
+        if root == stored:  # where MLflow says (a server's proxied artifacts, say)
+            path = client.download_artifacts(run_id, SPEC_ARTIFACT, dst_path=tmp)
+        else:
+            path = download_artifacts(artifact_uri=f"{root.rstrip('/')}/{SPEC_ARTIFACT}",
+                                      dst_path=tmp)
         return yaml.safe_load(Path(path).read_text()) or {}

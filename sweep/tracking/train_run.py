@@ -32,9 +32,10 @@ from sweep.schema import (
     retrain_run_name,
 )
 from sweep.tracking.owner import current_owner
+from sweep.tracking.stores import ensure_store, relocate_artifacts
 from sweep.tracking.study_run import get_or_create_experiment
 from sweep.tracking.trial_run import TrialRun
-from sweep.tracking.uris import absolute_uri, ensure_store
+from sweep.tracking.uris import absolute_uri
 
 __all__ = ["RetrainOf", "start_train_run"]
 
@@ -70,6 +71,7 @@ def start_train_run(tracking_uri: str, params: Mapping[str, Any],
             TAG_OWNER: current_owner()}
     if retrain_of is not None:
         experiment_id, name = retrain_of.experiment_id, retrain_run_name(retrain_of.trial)
+        relocate_artifacts(tracking_uri, experiment_id)  # the study's folder moved since
         tags.update({TAG_RETRAIN_OF: str(retrain_of.trial), TAG_RETRAIN_OF_RUN: retrain_of.run_id})
     else:
         experiment_id = get_or_create_experiment(client, tracking_uri, TRAIN_EXPERIMENT)

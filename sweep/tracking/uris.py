@@ -1,21 +1,19 @@
 """MLflow tracking URIs.
 
 The study's default SQLite store, absolute paths for workers elsewhere, passwords hidden in
-messages (`sweep.redact.shown_uri`, re-exported), and a fast check that a server answers.
+messages (`sweep.redact.shown_uri`, re-exported), credentials moved out of a URI
+(`split_credentials`), and a fast check that a server answers. Opening a store:
+`sweep.tracking.stores`.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import http.client
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
-
-from mlflow import MlflowClient
 
 from sweep.errors import InputError
 from sweep.folder import StudyFolder
@@ -126,51 +124,3 @@ def check_reachable(tracking_uri: str, source: str = "tracking URI", *,
         raise UnreachableStoreError(
             f"{source} {shown}: no MLflow server answers there ({reason}); start it "
             "(mlflow server --host 127.0.0.1 --port PORT) or fix the address") from None
-
-
-@contextlib.contextmanager
-def store_lock(db: Path) -> Iterator[None]:
-    """Hold an exclusive lock for creating or migrating the SQLite store ``db``.
-
-    ``fcntl.flock`` on the sidecar file ``<db>.lock``, which this creates next to the database
-    (and leaves there: removing a lock file others may be waiting on would let two processes
-    hold it). Blocks until the lock is free. Where ``fcntl`` does not exist (Windows) it holds
-    nothing.
-
-    Raises:
-        OSError: The lock file cannot be created (e.g. a read-only folder).
-    """
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover (Windows)
-        yield
-        return
-    with open(f"{db}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def ensure_store(tracking_uri: str) -> None:
-    """Create and migrate the tracking store once, before any worker opens it.
-
-    MLflow creates the tables of a fresh database when a client first opens it; several
-    processes doing so at once race in the schema migration ("table ... already exists",
-    alembic ``CommandError``). For a SQLite store the first open happens under `store_lock`,
-    so one process creates and migrates it while the others wait and then find it ready; call
-    this before anything else in the process opens the store (the driver does, in
-    `StudyTracker.start`). For other stores, a connectivity check only.
-
-    Raises:
-        mlflow.exceptions.MlflowException: If the store cannot be reached or migrated.
-        OSError: The folder of a SQLite store or its lock file cannot be created.
-    """
-    path = sqlite_path(tracking_uri)
-    if path is None:
-        MlflowClient(tracking_uri).search_experiments(max_results=1)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with store_lock(path):
-        MlflowClient(tracking_uri).search_experiments(max_results=1)

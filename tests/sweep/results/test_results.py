@@ -242,7 +242,7 @@ def test_results_refuses_a_sqlite_file_that_is_not_an_mlflow_store(tmp_path):
         con.execute("CREATE TABLE t (x INTEGER)")
     before = db.read_bytes()
     result = CliRunner().invoke(app, ["results", str(db)])
-    assert result.exit_code == 2 and "not an MLflow store" in result.output
+    assert result.exit_code == 2 and "not an MLflow tracking store" in result.output
     assert db.read_bytes() == before
 
 

@@ -6,6 +6,7 @@ import time
 
 import pytest
 from mlflow import MlflowClient
+from testsupport import FailingAfter
 
 from sweep.schema import METRIC_VAL_LOSS, TAG_STATE, TrialState
 from sweep.tracking import StudyTracker, TrialContext
@@ -59,7 +60,7 @@ def test_a_trial_keeps_training_while_the_server_is_down_and_its_run_is_sent_onc
     files = buffered_runs(tmp_path / "mlflow-buffer")
     assert [h["run_id"] for _, h in files] == [run.run_id]
     ops = files[0][0].read_text().splitlines()[1:]
-    assert [json.loads(op)["op"] for op in ops][-1] == "end"
+    assert [json.loads(op.rpartition("\t")[0])["op"] for op in ops][-1] == "end"
 
     server.start()
     result = ctx.sync_buffers()
@@ -99,27 +100,6 @@ def test_the_probe_sends_the_buffer_while_the_trial_still_trains(tmp_path, stopp
     assert MlflowClient(server.url).get_run(run.run_id).info.status == "FINISHED"
 
 
-class FailingAfter:
-    """An MLflow client whose server goes away after ``n`` writes (as requests reports it)."""
-
-    def __init__(self, client, n):
-        self.client, self.n = client, n
-
-    def __getattr__(self, name):
-        attr = getattr(self.client, name)
-        if name not in ("log_batch", "log_text", "set_terminated", "set_tag"):
-            return attr
-
-        def call(*args, **kwargs):
-            if self.n <= 0:
-                raise ConnectionError("Max retries exceeded with url: /api/2.0/mlflow/runs "
-                                      "(Connection refused)")
-            self.n -= 1
-            return attr(*args, **kwargs)
-
-        return call
-
-
 def test_a_replay_cut_short_goes_on_where_it_stopped(tmp_path, new_store):
     uri = new_store(tmp_path)
     ctx = open_study(uri, tmp_path)
@@ -138,7 +118,7 @@ def test_a_replay_cut_short_goes_on_where_it_stopped(tmp_path, new_store):
     # The store fails again after 4 writes of the replay: 4 sent, the file and its count kept.
     with pytest.raises(ConnectionError):
         replay_file(path, FailingAfter(client, 4))
-    assert path.is_file() and path.with_suffix(".sent").read_text() == "4"
+    assert path.is_file() and path.with_suffix(".sent").read_text().startswith("4\t")
     assert [s for s, _ in history(uri, run_id)] == [0, 1, 2, 3]
     # The next replay sends the other 3 (2 metrics and the end) and nothing twice.
     assert replay_file(path, client) == 3
@@ -156,6 +136,7 @@ def test_sync_leaves_files_it_did_not_write_untouched(tmp_path):
     cut.write_text(json.dumps({"format": buffer_module.FORMAT, "run_id": "xyz"}) + "\n")
     result = sync_folder(folder, lambda header: pytest.fail("nothing to send"))
     assert result.runs == [] and result.writes == 0
+    assert [p.name for p, _ in result.refused] == ["abc.jsonl", "notes.jsonl"]
     assert foreign.read_text() == '{"op": "end", "status": "FINISHED"}\n' and cut.is_file()
 
 
@@ -204,10 +185,8 @@ def test_sync_command_refuses_what_is_not_a_folder_and_says_when_nothing_waits(t
     assert empty.exit_code == 0 and "nothing to send" in empty.output
     # a kept run whose URI hid a password cannot be sent without --tracking-uri
     folder = tmp_path / "mlflow-buffer"
-    folder.mkdir()
-    (folder / "r1.jsonl").write_text(json.dumps(
-        {"format": buffer_module.FORMAT, "run_id": "r1",
-         "tracking_uri": "http://user:***@127.0.0.1:9/"}) + "\n")
+    kept = BufferedClient(None, "r1", folder, {"tracking_uri": "http://user:***@127.0.0.1:9/"})
+    kept._append(kept.path, {"op": "end", "status": "FINISHED", "end_time": 1})
     hidden = runner.invoke(app, ["sync", str(tmp_path)])
     assert hidden.exit_code == 2 and "--tracking-uri" in hidden.output
     assert (folder / "r1.jsonl").is_file()
