@@ -29,6 +29,7 @@ from sweep.kinds import KindRun, Prepared
 from sweep.schema import METRIC_BEST_VAL_LOSS
 from sweep.space import SpaceSummary
 from sweep.spec import StudySpec, spec_hash
+from sweep.study.lock import driver_lock
 from sweep.study.preflight import PreflightError, preflight
 from sweep.study.progress import DEFAULT_PROGRESS_EVERY_S, ProgressView
 from sweep.study.resume import (
@@ -118,6 +119,8 @@ def run_study(
             refused the connection.
         sweep.tracking.ResumeError: The stored study cannot continue under this spec.
         sweep.data.DataError: The corpus cannot be prepared.
+        sweep.study.lock.DriverRunningError: Another live ``sweep run`` drives the study
+            folder; nothing is written.
     """
     out = Path(out_dir) if out_dir is not None else spec.default_output_dir()
     # The outermost folder this run creates (runs/ itself on a first study), removed again
@@ -130,6 +133,7 @@ def run_study(
             shutil.rmtree(created, ignore_errors=True)
         raise PreflightError("; ".join(prepared.problems))
     with contextlib.ExitStack() as stack:
+        stack.enter_context(driver_lock(out, spec.name))
         if spec.search.executor == "ray":
             try:
                 stack.enter_context(_ray_connection(ray_address))
