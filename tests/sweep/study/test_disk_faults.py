@@ -169,12 +169,16 @@ def test_a_real_full_disk_stops_the_study_with_one_line_and_the_resume_counts_ex
                    "--out", str(out), "--quiet"]
         proc = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
-        journal = JournalStorage(JournalFileBackend(str(out / "optuna.journal")))
+        journal = out / "optuna.journal"
         deadline = time.monotonic() + 300
         while True:  # until a trial has reported an evaluation
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            if not journal.is_file():
+                time.sleep(0.1)
+                continue
             try:
-                trials = optuna.load_study(study_name="disk-real", storage=journal).get_trials()
+                storage = JournalStorage(JournalFileBackend(str(journal)))
+                trials = optuna.load_study(study_name="disk-real", storage=storage).get_trials()
             except (KeyError, FileNotFoundError):
                 trials = []
             if any(ATTR_PROGRESS in t.user_attrs for t in trials):
@@ -196,4 +200,5 @@ def test_a_real_full_disk_stops_the_study_with_one_line_and_the_resume_counts_ex
         assert sorted(str(r["state"]) for r in runs) == ["COMPLETE"] * 4 + ["INTERRUPTED"]
         assert sorted(r["trial"] for r in runs) == list(range(5))
     finally:
-        subprocess.run(["umount", str(mount)], check=False)
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "--lazy", str(mount)], check=False)
