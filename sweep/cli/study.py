@@ -66,6 +66,8 @@ def run(
     allow_cpu: bool = typer.Option(False, "--allow-cpu", help="Ray executor on a local Ray: "
                                    "where this machine has no GPU, run trials that ask for "
                                    "resources.gpus_per_trial on CPU instead of refusing."),
+    rebuild_journal: bool = typer.Option(False, "--rebuild-journal", help="Rebuild a damaged "
+                                         "Optuna journal from the MLflow runs, then resume."),
 ) -> None:
     """Run a study: search its space, train each trial, track everything in MLflow.
 
@@ -81,6 +83,8 @@ def run(
     if address and spec.search.executor != "ray":
         bad_input(f"--address: only the ray executor runs on a Ray cluster; this study's "
                   f"executor is {spec.search.executor} (add --executor ray)")
+    if rebuild_journal and spec.search.executor != "optuna":
+        bad_input(f"--rebuild-journal: a {spec.search.executor} study has no Optuna journal")
     if allow_cpu:
         spec = _on_cpu_without_gpus(spec, address)
     check_study_inputs(spec, Path(out) if out else spec.default_output_dir(), device, space=True,
@@ -96,7 +100,8 @@ def run(
             summary = run_study(spec, out_dir=out, quiet=quiet or as_json, ray_address=address,
                                 device=device, console=common.console,
                                 progress_every_s=progress_every,
-                                command=shlex.join(["sweep", *sys.argv[1:]]))
+                                command=shlex.join(["sweep", *sys.argv[1:]]),
+                                rebuild_journal=rebuild_journal)
     except StudyInterrupted as exc:
         common.stopped(str(exc), exc.exit_code)
     counts = {k.lower(): v for k, v in summary.counts.items() if v}

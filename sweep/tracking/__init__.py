@@ -28,6 +28,7 @@ from sweep.tracking.study_run import StudyTracker
 from sweep.tracking.trial_context import TrialContext
 from sweep.tracking.trial_run import TrialRun
 from sweep.tracking.uris import (
+    StoreSchemaError,
     UnreachableStoreError,
     absolute_uri,
     check_reachable,
@@ -38,6 +39,7 @@ from sweep.tracking.uris import (
 
 __all__ = [
     "ResumeError",
+    "StoreSchemaError",
     "StoredSpecError",
     "StudyTracker",
     "TrialContext",

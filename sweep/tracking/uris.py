@@ -149,6 +149,34 @@ def store_lock(db: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+class StoreSchemaError(InputError, RuntimeError):
+    """An MLflow store whose schema version is not the one this MLflow writes."""
+
+
+def _open_store(tracking_uri: str) -> None:
+    """Open the store once (MLflow creates a new one's tables), its schema version checked.
+
+    Raises:
+        StoreSchemaError: MLflow refused the store's schema version (another MLflow wrote it).
+    """
+    from mlflow.exceptions import MlflowException
+
+    try:
+        MlflowClient(tracking_uri).search_experiments(max_results=1)
+    except MlflowException as exc:
+        if "database schema" not in str(exc):
+            raise
+        import mlflow
+
+        found = str(exc).split("(", 1)[-1].split(")", 1)[0]
+        raise StoreSchemaError(
+            f"tracking store {shown_uri(tracking_uri)}: its MLflow schema is not the one "
+            f"MLflow {mlflow.__version__} here writes ({found}); another MLflow version wrote "
+            "it and the store is left as it is: use that version here (a newer schema), or "
+            f"back the store up and run `mlflow db upgrade {shown_uri(tracking_uri)}` (an "
+            "older one), or give another --out or tracking.uri") from None
+
+
 def ensure_store(tracking_uri: str) -> None:
     """Create and migrate the tracking store once, before any worker opens it.
 
@@ -161,12 +189,13 @@ def ensure_store(tracking_uri: str) -> None:
 
     Raises:
         mlflow.exceptions.MlflowException: If the store cannot be reached or migrated.
+        StoreSchemaError: The store's schema version is another MLflow's.
         OSError: The folder of a SQLite store or its lock file cannot be created.
     """
     path = sqlite_path(tracking_uri)
     if path is None:
-        MlflowClient(tracking_uri).search_experiments(max_results=1)
+        _open_store(tracking_uri)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     with store_lock(path):
-        MlflowClient(tracking_uri).search_experiments(max_results=1)
+        _open_store(tracking_uri)
