@@ -167,3 +167,38 @@ def test_the_cli_says_one_line_and_exits_2_for_a_cut_journal(tmp_path, original)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: study damaged: ")
     assert "--rebuild-journal" in done.stderr
+
+
+def test_a_rebuilt_journal_keeps_interrupted_trials_retryable_and_numbers_without_a_run(
+        tmp_path):
+    from sweep.executors.optuna.journal import rebuild_journal
+    from sweep.executors.optuna.recovery import _queue_retries
+    from sweep.schema import ATTR_RETRY_OF, ATTR_RUN_ID, ATTR_STATE, TrialState
+
+    def run(number, state, lr, *, retry_of=None, best=None):
+        return {"trial": number, "run_id": f"r{number}", "state": state, "retry_of": retry_of,
+                "fail_reason": None if state.finished else "killed", "params":
+                {"train.lr": lr, "model.d_model": 16},
+                "metrics": {} if best is None else {"best_val_loss": best}}
+
+    runs = [run(0, TrialState.COMPLETE, 0.002, best=2.5),
+            run(1, TrialState.INTERRUPTED, 0.004),
+            run(2, TrialState.COMPLETE, 0.004, retry_of=1, best=2.25),
+            run(3, TrialState.RUNNING, 0.008),  # its process is gone: interrupted
+            run(5, TrialState.PRUNED, 0.003, best=2.75)]  # number 4 has no run
+    path = tmp_path / "optuna.journal"
+    assert rebuild_journal(parse_spec(DATA), path, runs, baseline=2.7) is None
+    storage = JournalStorage(JournalFileBackend(str(path)))
+    study = optuna.load_study(study_name=NAME, storage=storage)
+    got = study.get_trials()
+    S = optuna.trial.TrialState
+    assert [(t.number, t.state, t.user_attrs[ATTR_STATE]) for t in got] == [
+        (0, S.COMPLETE, "COMPLETE"), (1, S.FAIL, "INTERRUPTED"), (2, S.COMPLETE, "COMPLETE"),
+        (3, S.FAIL, "INTERRUPTED"), (4, S.FAIL, "FAILED"), (5, S.PRUNED, "PRUNED")]
+    assert [t.params for t in got] == [{"train.lr": r["params"]["train.lr"]} for r in runs[:4]] + [
+        {}, {"train.lr": 0.003}]
+    assert (got[0].values, got[2].values) == ([2.5], [2.25])
+    assert got[2].user_attrs[ATTR_RETRY_OF] == 1 and got[3].user_attrs[ATTR_RUN_ID] == "r3"
+    assert _queue_retries(study) == [3]  # 1 was retried already (trial 2)
+    (queued,) = study.get_trials(states=(S.WAITING,))
+    assert queued.number == 6 and queued.user_attrs[ATTR_RETRY_OF] == 3
