@@ -10,7 +10,8 @@
   study's key ``mlflow-buffer.key`` (mode 600, beside it, never in it);
 - ``data/``: the prepared corpus cache; ``checkpoints/``: trial checkpoints
   (``search.checkpoint_interval``); ``branches/``: WSD trunks (``scaling.branches``);
-  ``ray/``: Ray Tune's experiments; ``analysis/``: what ``sweep analyze`` writes.
+  ``ray/``: Ray Tune's experiments; ``analysis/``: what ``sweep analyze`` writes;
+- ``driver.lock``: held by the one ``sweep run`` driving the study (`sweep.study.lock`).
 
 Commands that read a study take "a study name or a folder" (`find_store`): ``PATH`` itself when
 it is a store file (``*.db``), ``PATH/mlflow.db``, or ``runs/PATH/mlflow.db``, in that order.
@@ -47,6 +48,7 @@ LAYOUT = {
     "branches": "branches",
     "ray": "ray",
     "analysis": "analysis",
+    "driver_lock": "driver.lock",
 }
 
 
@@ -69,6 +71,7 @@ class StudyFolder:
     branches: Path = field(init=False, repr=False)
     ray: Path = field(init=False, repr=False)
     analysis: Path = field(init=False, repr=False)
+    driver_lock: Path = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         for name, relative in LAYOUT.items():

@@ -11,6 +11,8 @@
   added whole with ``create_trial``.
 - The logger of ``optuna.study._optimize``, which warns of every trial that raised.
 - `FrozenStudy`, the type a storage's ``get_all_studies`` returns (``optuna.study._frozen``).
+- ``Study._thread_local.in_optimize_loop`` and ``Study._stop_flag``: a searcher that tells trials
+  outside ``Study.optimize`` (Ray Tune's) must take ``GridSampler``'s ``Study.stop`` calls.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 
 __all__ = ["OPTIMIZE_LOGGER", "FrozenStudy", "constraint_attrs", "fixed_params", "grid_attrs",
-           "handle", "reload", "set_state"]
+           "handle", "reload", "set_state", "tell_outside_optimize"]
 
 #: The logger Optuna's optimize loop warns on.
 OPTIMIZE_LOGGER = "optuna.study._optimize"
@@ -46,6 +48,28 @@ def set_state(study: optuna.Study, trial: FrozenTrial, state: TrialState,
     """
     study._storage.set_trial_state_values(trial._trial_id, state,
                                           list(values) if values is not None else None)
+
+
+def tell_outside_optimize(study: optuna.Study, trial: Any, values: Any,
+                          state: TrialState) -> None:
+    """``study.tell(trial, values, state=state)`` from outside ``Study.optimize``.
+
+    ``GridSampler.after_trial`` calls ``Study.stop`` once every grid point has a trial, and
+    ``Study.stop`` raises ``RuntimeError`` outside ``optimize`` (after the trial's end is
+    stored), so a searcher that tells trials itself (Ray Tune's) would crash on the last one.
+    Here the stop is taken as inside ``optimize`` and then dropped: the caller decides how
+    many trials to run.
+    """
+    local = study._thread_local
+    if local.in_optimize_loop:
+        study.tell(trial, values, state=state)
+        return
+    local.in_optimize_loop = True
+    try:
+        study.tell(trial, values, state=state)
+    finally:
+        local.in_optimize_loop = False
+        study._stop_flag = False
 
 
 def reload(study: optuna.Study, trial: FrozenTrial) -> FrozenTrial:

@@ -72,6 +72,8 @@ def run(
     allow_cpu: bool = typer.Option(False, "--allow-cpu", help="Ray executor on a local Ray: "
                                    "where this machine has no GPU, run trials that ask for "
                                    "resources.gpus_per_trial on CPU instead of refusing."),
+    rebuild_journal: bool = typer.Option(False, "--rebuild-journal", help="Rebuild a damaged "
+                                         "Optuna journal from the MLflow runs, then resume."),
 ) -> None:
     """Run a study: search its space, train each trial, track everything in MLflow.
 
@@ -87,6 +89,8 @@ def run(
     if address and spec.search.executor != "ray":
         bad_input(f"--address: only the ray executor runs on a Ray cluster; this study's "
                   f"executor is {spec.search.executor} (add --executor ray)")
+    if rebuild_journal and spec.search.executor != "optuna":
+        bad_input(f"--rebuild-journal: a {spec.search.executor} study has no Optuna journal")
     if allow_cpu:
         spec = _on_cpu_without_gpus(spec, address)
     check_study_inputs(spec, Path(out) if out else spec.default_output_dir(), device, space=True,
@@ -102,9 +106,15 @@ def run(
             summary = run_study(spec, out_dir=out, quiet=quiet or as_json, ray_address=address,
                                 device=device, console=common.console,
                                 progress_every_s=progress_every,
-                                command=shlex.join(["sweep", *sys.argv[1:]]))
+                                command=shlex.join(["sweep", *sys.argv[1:]]),
+                                rebuild_journal=rebuild_journal)
     except StudyInterrupted as exc:
         common.stopped(str(exc), exc.exit_code)
+    _report(summary, spec, as_json=as_json, quiet=quiet)
+
+
+def _report(summary: StudySummary, spec: StudySpec, *, as_json: bool, quiet: bool) -> None:
+    """The run's summary (one JSON line, the top trials, or the notes); exit 1 if none completed."""
     counts = {k.lower(): v for k, v in summary.counts.items() if v}
     if as_json:
         print(redact(json.dumps({

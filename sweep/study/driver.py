@@ -29,6 +29,7 @@ from sweep.kinds import KindRun, Prepared
 from sweep.schema import METRIC_BEST_VAL_LOSS
 from sweep.space import SpaceSummary
 from sweep.spec import StudySpec, spec_hash
+from sweep.study.lock import driver_lock
 from sweep.study.preflight import PreflightError, preflight
 from sweep.study.progress import DEFAULT_PROGRESS_EVERY_S, ProgressView
 from sweep.study.resume import (
@@ -92,6 +93,7 @@ def run_study(
     console: Any = None,
     progress_every_s: float = DEFAULT_PROGRESS_EVERY_S,
     command: str | None = None,
+    rebuild_journal: bool = False,
 ) -> StudySummary:
     """Run ``spec``'s trials with its executor and summarise them in MLflow.
 
@@ -109,6 +111,8 @@ def run_study(
             (`sweep.study.progress.ProgressView`); 0: none.
         command: The command line that started it (``sweep run ...``), for the experiment's
             description and tag ``sweep.command``; None through the Python API.
+        rebuild_journal: Rebuild a damaged Optuna journal from the MLflow runs
+            (`sweep.executors.optuna.check_journal`) instead of refusing it.
 
     Returns:
         The `StudySummary`.
@@ -118,6 +122,11 @@ def run_study(
             refused the connection.
         sweep.tracking.ResumeError: The stored study cannot continue under this spec.
         sweep.data.DataError: The corpus cannot be prepared.
+        sweep.study.lock.DriverRunningError: Another live ``sweep run`` drives the study
+            folder; nothing is written.
+        sweep.executors.optuna.JournalError: The Optuna storage is damaged or lacks trials
+            the MLflow store has (and ``rebuild_journal`` is off).
+        sweep.tracking.StoreSchemaError: The MLflow store's schema is of another version.
     """
     out = Path(out_dir) if out_dir is not None else spec.default_output_dir()
     # The outermost folder this run creates (runs/ itself on a first study), removed again
@@ -130,6 +139,7 @@ def run_study(
             shutil.rmtree(created, ignore_errors=True)
         raise PreflightError("; ".join(prepared.problems))
     with contextlib.ExitStack() as stack:
+        stack.enter_context(driver_lock(out, spec.name))
         if spec.search.executor == "ray":
             try:
                 stack.enter_context(_ray_connection(ray_address))
@@ -139,7 +149,8 @@ def run_study(
                 raise
         return _run(spec, out, corpus, space_summary, quiet=quiet, ray_address=ray_address,
                     device=device, console=console, prepared=prepared,
-                    progress_every_s=progress_every_s, command=command)
+                    progress_every_s=progress_every_s, command=command,
+                    rebuild_journal=rebuild_journal)
 
 
 @contextlib.contextmanager
@@ -258,9 +269,14 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
          quiet: bool, ray_address: str | None, device: str | None,
          console: Any, prepared: Prepared,
          progress_every_s: float = DEFAULT_PROGRESS_EVERY_S,
-         command: str | None = None) -> StudySummary:
+         command: str | None = None, rebuild_journal: bool = False) -> StudySummary:
     uri = spec.tracking_uri(out)
     executor = get_executor(spec.search.executor)
+    check_journal = getattr(executor, "check_journal", None)  # the Optuna executor's storage
+    rebuilt = check_journal(spec, out, uri, baseline=corpus.baseline_unigram_loss,
+                            rebuild=rebuild_journal) if check_journal is not None else None
+    if rebuilt:
+        _printer(None)(f"note: {rebuilt}")
     tracker = StudyTracker.start(uri, spec.tracking.experiment or spec.name, _stored_spec(spec),
                                  executor=spec.search.executor, algorithm=algorithm_name(spec),
                                  resume=True, spec_hash=spec_hash(spec), command=command)

@@ -24,7 +24,7 @@ from sweep.tracking.reader import (
     read_trials,
     val_loss_histories,
 )
-from sweep.tracking.stores import ensure_store
+from sweep.tracking.stores import StoreSchemaError, ensure_store
 from sweep.tracking.study_run import StudyTracker
 from sweep.tracking.trial_context import TrialContext
 from sweep.tracking.trial_run import TrialRun
@@ -38,6 +38,7 @@ from sweep.tracking.uris import (
 
 __all__ = [
     "ResumeError",
+    "StoreSchemaError",
     "StoredSpecError",
     "StudyTracker",
     "TrialContext",

@@ -11,6 +11,7 @@ does not answer.
 from __future__ import annotations
 
 import errno
+import logging
 from collections.abc import Iterator
 
 __all__ = ["InfrastructureError", "infrastructure_fault"]
@@ -25,6 +26,21 @@ _UNREACHABLE = ("max retries exceeded", "connection refused", "failed to establi
                 "remote end closed connection")
 _SQLITE_DISK = ("database or disk is full", "disk i/o error", "readonly database",
                 "unable to open database file")
+
+
+class _RaisedAnyway(logging.Filter):
+    """Drops MLflow's ERROR log, with traceback, of a SQLAlchemy error it then raises anyway.
+
+    MLflow's SQLite store logs every ``OperationalError`` (a full disk: one per write tried)
+    before raising it as an ``MlflowException``; the service reports that exception itself, as
+    one line (`infrastructure_fault`), so the log would only repeat it as tracebacks.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("SQLAlchemy database error")
+
+
+logging.getLogger("mlflow.store.db.utils").addFilter(_RaisedAnyway())
 
 
 class InfrastructureError(BaseException):

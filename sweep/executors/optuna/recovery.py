@@ -13,6 +13,9 @@ trial still ``RUNNING`` in the storage:
   ``sweep_state = INTERRUPTED`` (samplers skip failed trials), and its MLflow run ends
   ``KILLED`` (one is recorded for a trial that never opened its run).
 
+An interrupted trial with no MLflow run (a fault while its run was being created) gets one,
+ended ``INTERRUPTED`` with its params, number and reason, so every trial number has a run.
+
 With ``search.retry_interrupted`` (the default), the interrupted trials the policy retries
 (`sweep.study.policy.to_retry`) are queued again with the same parameters
 (`optuna.Study.enqueue_trial`, user attribute ``sweep_retry_of`` naming the trial), so the
@@ -69,6 +72,7 @@ def reconcile(ctx: Any, study: optuna.Study, *, retry: bool | None = None,
 
     def trials(done: Reconciled) -> set[int]:
         alive = _reconcile_trials(ctx, study, done, assume_dead)
+        _record_runless(ctx, study)
         if retry:
             done.retried += _queue_retries(study)
         return alive
@@ -127,6 +131,36 @@ def _reconcile_trials(ctx: Any, study: optuna.Study, done: Reconciled,
                 run.end(TrialState.INTERRUPTED, fail_reason=dead_owner(owner))
     done.running = sorted(alive)
     return alive
+
+
+def _record_runless(ctx: Any, study: optuna.Study) -> list[int]:
+    """Give each interrupted trial without an MLflow run one, ended ``INTERRUPTED``.
+
+    A fault while a trial's run was being created (the store did not answer) interrupts the
+    trial before it has a run; its run is created here, with the trial's params, number and
+    reason, so the store holds one run per trial number. Returns the numbers recorded.
+    """
+    interrupted = [t for t in study.get_trials(deepcopy=False, states=(OptunaState.FAIL,))
+                   if t.user_attrs.get(ATTR_STATE) == TrialState.INTERRUPTED.value]
+    if not interrupted:
+        return []
+    numbers = {r["trial"] for r in ctx.tracking.read_trials()}
+    recorded = []
+    for t in interrupted:
+        if t.number in numbers:
+            continue
+        reason = t.user_attrs.get(ATTR_REASON) or "interrupted before its run was created"
+        params: dict[str, Any] = dict(t.params)
+        try:  # the resolved configs, as the trial would have logged them
+            model, train = space.configs_from_params(ctx.spec, params)
+            params = {"model": model.to_dict(), "train": train.to_dict()}
+        except space.InvalidConfig:
+            pass
+        with ctx.tracking.start_trial(t.number, params,
+                                     retry_of=t.user_attrs.get(ATTR_RETRY_OF)) as run:
+            run.end(TrialState.INTERRUPTED, fail_reason=reason)
+        recorded.append(t.number)
+    return recorded
 
 
 def _adopt(ctx: Any, study: optuna.Study, t: optuna.trial.FrozenTrial,

@@ -63,8 +63,9 @@ class StudySearch(OptunaSearch):
         told = self.told(result, error)
         if told.constraints is not None:
             space.record_constraints(ot_trial, told.constraints)
-        ray_private.search_study(self).tell(ot_trial, told.value(len(self.spec.search.objectives)),
-                                            state=told.state)
+        optuna_private.tell_outside_optimize(
+            ray_private.search_study(self), ot_trial,
+            told.value(len(self.spec.search.objectives)), told.state)
         ray_private.mark_completed(self, trial_id)
 
     def told(self, result: Mapping[str, Any] | None, error: bool = False) -> policy.Told:

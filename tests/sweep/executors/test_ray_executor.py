@@ -143,6 +143,22 @@ def test_draws_match_the_sampler_ray_uses(plain_study):
         assert math.isclose(frame.loc[number, "train.lr"], params["train.lr"], rel_tol=1e-9)
 
 
+def test_a_grid_sampler_study_trains_each_point_once_and_ends_cleanly(tmp_path, new_store):
+    # GridSampler asks the study to stop once its grid is used up; told outside optimize, that
+    # request used to crash the last tell (the parent FAILED, the study exit 1).
+    spec = make_spec("ray-grid", train={"lr": {"choice": [1e-3, 3e-3, 1e-2]}},
+                     search={"sampler": "grid", "n_trials": 3})
+    new_store(tmp_path)
+    summary = run_study(spec, out_dir=tmp_path, quiet=True)
+    assert summary.state == "COMPLETE"
+    assert {k: v for k, v in summary.counts.items() if v} == {"COMPLETE": 3}
+    client, parent, runs = child_runs(summary)
+    assert parent.info.status == "FINISHED" and parent.data.tags["sweep.state"] == "COMPLETE"
+    assert sorted(runs) == [0, 1, 2]
+    assert sorted(float(r.data.params["train.lr"]) for r in runs.values()) == [1e-3, 3e-3, 1e-2]
+    assert {r.data.tags["sweep.state"] for r in runs.values()} == {"COMPLETE"}
+
+
 # --------------------------------------------------------------------------------- ASHA
 def test_asha_stops_trials_that_learn_nothing_early(tmp_path, new_store):
     # Sequential trials: the first learns; the next ones, at a learning rate that leaves the

@@ -123,3 +123,82 @@ def test_a_disk_full_mid_study_interrupts_one_trial_and_the_study_goes_on(tmp_pa
     assert list(frame["retry_of"].dropna()) == [interrupted["trial"]]
     assert list(frame["state"]).count("INTERRUPTED") == 1
     shutil.rmtree(tmp_path / "out")
+
+
+def fill(folder):
+    """Write ``folder/fill`` until the disk is full; the file, for removal."""
+    path = folder / "fill"
+    with path.open("wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 2**20)
+                f.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return path
+
+
+@pytest.mark.slow
+def test_a_real_full_disk_stops_the_study_with_one_line_and_the_resume_counts_exactly(
+        tmp_path, new_store):
+    import os
+    import sys
+    import time
+    from pathlib import Path
+
+    import optuna
+    import yaml
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    from sweep.schema import ATTR_PROGRESS
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=90m", "tmpfs", str(mount)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("this machine cannot mount a tmpfs")
+    try:
+        out = mount / "out"
+        new_store(out)
+        spec = tiny("disk-real", tokens=200000, fault_wait_s=0, seed=0).to_data()
+        spec["train"].update(tokens=100000, eval_every=4096)
+        (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3]),
+               "OMP_NUM_THREADS": "1"}
+        command = [sys.executable, "-m", "sweep.cli", "run", str(tmp_path / "spec.yaml"),
+                   "--out", str(out), "--quiet"]
+        proc = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        journal = out / "optuna.journal"
+        deadline = time.monotonic() + 300
+        while True:  # until a trial has reported an evaluation
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            if not journal.is_file():
+                time.sleep(0.1)
+                continue
+            try:
+                storage = JournalStorage(JournalFileBackend(str(journal)))
+                trials = optuna.load_study(study_name="disk-real", storage=storage).get_trials()
+            except (KeyError, FileNotFoundError):
+                trials = []
+            if any(ATTR_PROGRESS in t.user_attrs for t in trials):
+                break
+            time.sleep(0.1)
+        filler = fill(mount)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 3, err
+        assert "Traceback" not in err and "ERROR" not in err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("stopped: study disk-real: ") and (
+            "cannot write" in lines[0] or "the disk is full" in lines[0]), err
+        filler.unlink()
+        done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        uri = f"sqlite:///{out / 'mlflow.db'}"
+        runs = read_trials(uri, *find_study(uri, "disk-real"))
+        assert sorted(str(r["state"]) for r in runs) == ["COMPLETE"] * 4 + ["INTERRUPTED"]
+        assert sorted(r["trial"] for r in runs) == list(range(5))
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "--lazy", str(mount)], check=False)

@@ -335,11 +335,14 @@ def check_after_fault(url, tmp_path, n_trials, buffered):
     assert not [t for t in trials if t.user_attrs.get(ATTR_STATE) == "FAILED"]
     client, parent, runs = server_runs(url)
     states = run_states(runs)
-    # the interrupted trial's run was never created: it has none; no trial has two
-    assert states == {"COMPLETE": n_trials}
-    assert sorted(r["trial"] for r in runs) == sorted(t.number for t in trials
-                                                     if t not in interrupted)
-    by_number = {r["trial"]: r for r in runs}
+    # the interrupted trial's run could not be created then: reconcile created it, INTERRUPTED
+    # with its params; every trial number has exactly one run
+    assert states == {"COMPLETE": n_trials, "INTERRUPTED": 1}
+    assert sorted(r["trial"] for r in runs) == sorted(t.number for t in trials)
+    (lost,) = [r for r in runs if str(r["state"]) == "INTERRUPTED"]
+    assert lost["trial"] == interrupted[0].number
+    assert lost["params"]["train.lr"] == interrupted[0].params["train.lr"]
+    by_number = {r["trial"]: r for r in runs if str(r["state"]) != "INTERRUPTED"}
     evals = {n: len(client.get_metric_history(r["run_id"], "val_loss"))
              for n, r in by_number.items()}
     assert evals[buffered] == evals[0] > 2  # the buffered trial lost no evaluation
