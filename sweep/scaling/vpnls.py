@@ -41,7 +41,8 @@ from sweep.scaling.law import PARAMS, check_points
 from sweep.scaling.parametric import ParametricFit
 from sweep.scaling.result import DEFAULT_LEVEL, FitError
 
-__all__ = ["NELDER_MEAD_OPTIONS", "VPNLSFit", "VPNLS_BOUNDS", "VPNLS_GRID", "fit_vpnls"]
+__all__ = ["NELDER_MEAD_OPTIONS", "VPNLSFit", "VPNLS_BOUNDS", "VPNLS_GRID", "fit_vpnls",
+           "weighted_refits"]
 
 #: Czech 2026 (Open-Athena/scaling-law-analysis): the start grid of alpha and of beta.
 VPNLS_GRID = tuple(float(v) for v in np.linspace(0.05, 0.95, 32))
@@ -267,3 +268,32 @@ def _bootstrap(n, d, log_n, log_d, y, pn, pd, grid_a, grid_b, n_bootstrap, seed,
             failed["not_converged"] += int(not sol.success)
             table[start + k] = (*coef, alpha, beta)
     return {name: table[:, i] for i, name in enumerate(PARAMS)}, failed
+
+
+def weighted_refits(n_params, n_tokens, loss, weights) -> np.ndarray:
+    """The whole VPNLS procedure (grid, then Nelder-Mead) once per row of ``weights``.
+
+    Args:
+        n_params: Shape ``(n,)``: parameters N (finite, > 0).
+        n_tokens: Shape ``(n,)``: training tokens D (finite, > 0).
+        loss: Shape ``(n,)``: losses, nats/token.
+        weights: Shape ``(R, n)``: each refit's weight per point (0 leaves a point out, as a
+            leave-one-out refit does).
+
+    Returns:
+        Shape ``(R, 5)``: ``E, A, B, alpha, beta`` (`PARAMS` order) of each refit.
+    """
+    n, d, y = (np.asarray(v, dtype=float) for v in (n_params, n_tokens, loss))
+    weights = np.asarray(weights, dtype=float)
+    grid_a = grid_b = np.asarray(VPNLS_GRID)
+    log_n, log_d = np.log(n), np.log(d)
+    pn, pd = np.exp(-np.outer(log_n, grid_a)), np.exp(-np.outer(log_d, grid_b))
+    out = np.empty((weights.shape[0], 5))
+    chunk = max(1, 200_000 // (grid_a.size * grid_b.size))  # bounds the grids' memory
+    for start in range(0, weights.shape[0], chunk):
+        block = weights[start:start + chunk]
+        for k, (row, grid) in enumerate(zip(block, _grid_rss(pn, pd, y, block), strict=True)):
+            alpha, beta, _, coef, _, _ = _fit_one(log_n, log_d, y, row, pn, pd, grid_a, grid_b,
+                                                  grid)
+            out[start + k] = (*coef, alpha, beta)
+    return out
