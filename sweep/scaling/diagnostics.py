@@ -111,11 +111,13 @@ def data_notes(report: ScalingReport) -> list[Note]:
     """The budget convention, the rows left out and the embeddings' share of N."""
     notes = []
     points = report.points
-    if report.excluded:
-        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(report.excluded.items()))
+    # Rows left out by --exclude were asked for: the report's header counts them.
+    excluded = {k: v for k, v in report.excluded.items() if k != "--exclude"}
+    if excluded:
+        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(excluded.items()))
         notes.append(Note(
             "rows-dropped", "data", "rows were left out before any fit",
-            f"{sum(report.excluded.values())} of {sum(report.excluded.values()) + len(points)} "
+            f"{sum(excluded.values())} of {sum(report.excluded.values()) + len(points)} "
             f"rows ({reasons}); failed, diverged, pruned and interrupted trials have no final "
             "loss on the law, and a non-finite or non-positive N, D or loss cannot be fitted",
             "rerun the failed or interrupted trials (sweep run resumes them) or correct the "
