@@ -1,7 +1,8 @@
 """The known traps of a scaling analysis, each found in a report and named as a `Note`.
 
-`diagnose` runs every check on a `sweep.scaling.report.ScalingReport` and returns the notes, each
-with its cause, the evidence in the report's own numbers and the fix. The checks:
+`sweep.scaling.verdict.diagnose` runs every check on a `sweep.scaling.report.ScalingReport` and
+returns the notes, each with its cause, the evidence in the report's own numbers and the fix.
+The checks (this module's, then the two modules named):
 
 - data: a ``budget_flops`` that is not C = 6ND (`BUDGET_TOLERANCE`), rows left out before the
   fits or by approach 2 alone (a non-finite budget), and embeddings as a large share of N
@@ -36,8 +37,8 @@ from sweep.schema import (
 if TYPE_CHECKING:
     from sweep.scaling.report import ScalingReport
 
-__all__ = ["BUDGET_TOLERANCE", "EMBEDDING_SHARE", "LAW_FITS", "Note", "data_notes", "diagnose",
-           "law_fit", "law_notes"]
+__all__ = ["BUDGET_TOLERANCE", "EMBEDDING_SHARE", "LAW_FITS", "Note", "data_notes", "law_fit",
+           "law_notes"]
 
 #: A budget column more than this fraction off 6ND (median over rows) is named.
 BUDGET_TOLERANCE = 0.1
@@ -86,20 +87,6 @@ class Note:
 def law_fit(report: ScalingReport) -> str | None:
     """The first fitted approach of `LAW_FITS` in ``report`` (None when neither was fitted)."""
     return next((k for k in LAW_FITS if k in report.results and report.results[k].ok), None)
-
-
-def diagnose(report: ScalingReport) -> list[Note]:
-    """Every check of the module docstring on ``report``, data notes first."""
-    from sweep.scaling.influence import influence_notes
-    from sweep.scaling.isoflop_bias import isoflop_notes
-
-    notes = data_notes(report)
-    for key in LAW_FITS:
-        notes += law_notes(report, key)
-    influential, law = influence_notes(report)
-    # Approach 2's bias is sized on the law without the points that moved it.
-    notes += isoflop_notes(report, law)
-    return notes + influential
 
 
 def _trials(values: Any, limit: int = 5) -> str:

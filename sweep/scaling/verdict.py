@@ -14,8 +14,8 @@ The rule (`RULE`), in order:
 
 Approach 2 is the cross-check at every budget: where its N_opt and the verdict's differ beyond
 their intervals (`sweep.scaling.isoflop_bias.parted`, on log N) a ``verdict-disagrees`` note
-names the budgets. `conclude` adds the notes (`sweep.scaling.diagnostics.diagnose`) and the
-verdict to a report; the shapes to train come from the verdict's approach
+names the budgets. `conclude` adds the notes (`diagnose`) and the verdict to a report; the
+shapes to train come from the verdict's approach
 (`sweep.kinds.scaling.recommend.add_recommendations`).
 """
 
@@ -25,15 +25,17 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sweep.scaling.diagnostics import LAW_FITS, Note, diagnose
-from sweep.scaling.isoflop_bias import parted
+from sweep.scaling.diagnostics import LAW_FITS, Note, data_notes, law_notes
+from sweep.scaling.influence import influence_notes
+from sweep.scaling.isoflop_bias import isoflop_notes, parted
 from sweep.scaling.runs import LOSS
-from sweep.schema import METRIC_N_PARAMS, METRIC_N_TOKENS
+from sweep.schema import METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, METRIC_N_TOKENS
 
 if TYPE_CHECKING:
     from sweep.scaling.report import ApproachResult, ScalingReport
 
-__all__ = ["RULE", "Verdict", "VerdictRow", "conclude", "make_verdict", "verdict_json"]
+__all__ = ["RULE", "Verdict", "VerdictRow", "conclude", "diagnose", "make_verdict",
+           "verdict_json"]
 
 #: The rule in one line, for reports.
 RULE = ("the first converged, identified fit of L(N, D) (vpnls, then approach 3), else "
@@ -182,6 +184,20 @@ def _log(interval: tuple[float, float] | None) -> tuple[float, float] | None:
     return math.log(interval[0]), math.log(interval[1])
 
 
+def diagnose(report: ScalingReport) -> list[Note]:
+    """Every check of `sweep.scaling.diagnostics` on ``report``, data notes first.
+
+    Then the fits of L(N, D) (`law_notes`), approach 2's bias and disagreement
+    (`sweep.scaling.isoflop_bias`), sized on the law refitted without the points that
+    `sweep.scaling.influence` names, and those points.
+    """
+    notes = data_notes(report)
+    for key in LAW_FITS:
+        notes += law_notes(report, key)
+    influential, law = influence_notes(report)
+    return notes + isoflop_notes(report, law) + influential
+
+
 def conclude(report: ScalingReport) -> ScalingReport:
     """Fill ``report.notes`` (`diagnose`) and ``report.verdict`` (`make_verdict`); returns it."""
     notes = diagnose(report)
@@ -204,7 +220,7 @@ def verdict_json(verdict: Verdict | None) -> dict[str, Any] | None:
 
     return {"approach": verdict.approach, "why": verdict.why, "rule": verdict.rule,
             "level": num(verdict.level), "rows": [{
-                "budget_flops": r.budget_flops, METRIC_N_PARAMS: num(r.n_params),
+                METRIC_BUDGET_FLOPS: r.budget_flops, METRIC_N_PARAMS: num(r.n_params),
                 METRIC_N_TOKENS: num(r.n_tokens), LOSS: num(r.loss),
                 "intervals": {k: pair(v) for k, v in r.intervals.items()},
                 "extrapolated": r.extrapolated, "approach_2_n_params": num(r.cross_check),

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from testsupport import CHINCHILLA, isoflop_frame
 
-from sweep.scaling.diagnostics import diagnose
 from sweep.scaling.report import analyze
+from sweep.scaling.verdict import diagnose
 
 #: An asymmetric law (alpha != beta), where a drifting grid biases approach 2 (Czech 2026).
 ASYMMETRIC = dict(CHINCHILLA, alpha=0.25, beta=0.5)
