@@ -122,3 +122,20 @@ def test_the_cli_prints_the_verdict_first_and_exclude_leaves_a_point_out(tmp_pat
     assert res.exit_code == 2
     assert "--exclude 99: no such point among the 36 fitted (trials 0 to 35)" in " ".join(
         res.output.split())
+
+
+def test_approach_2_parting_from_the_verdict_is_noted_with_both_intervals():
+    frame = isoflop_frame(ASYMMETRIC, noise=0.002, drift=(1.0, 3.0))
+    report = conclude(analyze(frame, approaches=("2", "vpnls"), budgets=[1e22], n_bootstrap=100))
+    assert [n.code for n in report.notes] == ["approach2-bias", "approach2-disagrees",
+                                              "verdict-disagrees"]
+    (row,) = report.verdict.rows
+    assert row.parted and "approach 2 parts from it (see the note)" in report.verdict.why
+    assert differ_beyond_intervals(row.n_params, row.intervals["n_params"], row.cross_check,
+                                   row.cross_interval)
+    note = report.notes[-1]
+    assert note.evidence.startswith(f"C=1e+22: {row.n_params:.4g} [")
+    assert f"against approach 2's {row.cross_check:.4g} [" in note.evidence
+    truth = n_opt(1e22, ASYMMETRIC)
+    assert row.intervals["n_params"][0] <= truth <= row.intervals["n_params"][1]
+    assert row.cross_check / truth > 1.1  # approach 2's +0.03 on a carried to 10x the budgets
