@@ -143,7 +143,7 @@ def _budget_note(points: Any, budget: np.ndarray) -> list[Note]:
 
 
 def _embedding_note(report: ScalingReport) -> list[Note]:
-    if report.n_params_convention != "total":
+    if report.n_params_convention not in ("total", "as given"):  # a table's N may count them
         return []
     points = report.points
     if METRIC_N_PARAMS_NON_EMBEDDING not in points:
@@ -163,7 +163,9 @@ def _embedding_note(report: ScalingReport) -> list[Note]:
         f"and {share[order[-1]]:.0%} at the largest ({n[ok][order[-1]]:.4g}); N here counts "
         "them (Hoffmann et al. 2022), Kaplan et al. 2020 do not, and at small scale that choice "
         "alone changes the fitted exponents (Pearce & Song 2024)",
-        "compare with --n-params non-embedding, and quote the convention with the exponents")]
+        "compare with the non-embedding count (--n-params non-embedding for a study; a "
+        "table's n_params_non_embedding as its n_params), and quote the convention with the "
+        "exponents")]
 
 
 def law_notes(report: ScalingReport, key: str) -> list[Note]:

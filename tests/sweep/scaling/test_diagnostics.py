@@ -104,4 +104,4 @@ def test_embeddings_as_a_large_share_of_n_are_named():
     frame["n_params_non_embedding"] = frame["n_params"] * 0.6
     (note,) = [n for n in notes_of(frame, approaches=("2",)) if n.code == "embedding-share"]
     assert "embeddings are 40% of N at the smallest size" in note.evidence
-    assert "--n-params non-embedding" in note.fix
+    assert "--n-params non-embedding for a study" in note.fix

@@ -124,6 +124,7 @@ def test_the_cli_prints_the_verdict_first_and_exclude_leaves_a_point_out(tmp_pat
         res.output.split())
 
 
+@pytest.mark.slow  # 100 bootstrap refits of both fits and 36 leave-one-out refits: 3.5 s
 def test_approach_2_parting_from_the_verdict_is_noted_with_both_intervals():
     frame = isoflop_frame(ASYMMETRIC, noise=0.002, drift=(1.0, 3.0))
     report = conclude(analyze(frame, approaches=("2", "vpnls"), budgets=[1e22], n_bootstrap=100))
