@@ -2,12 +2,13 @@
 
 The mechanism (Czech 2026, "Problems with Chinchilla Approach 2", section on off-centre
 sampling; Open-Athena/scaling-law-analysis, experiment 3): an IsoFLOP curve is not a parabola
-in log N but L(u) - L_opt ~ beta e^(-alpha u) + alpha e^(beta u) (u = log N - log N_opt, up to
-a scale), whose third-order term (beta - alpha) u^3 / 3 pulls the vertex of a parabola fitted
-over an off-centre window by an amount that depends on the offset and on alpha - beta. A
-constant offset moves every vertex alike and biases only the intercept k_N; an offset that
-changes with C (the sizes' centre drifting from 1x to 3x N_opt across the budgets) biases the
-exponent a, with every vertex still inside its curve's sizes, so no curve is flagged.
+in log N but L(u) - E ~ beta e^(-alpha u) + alpha e^(beta u) (u = log N - log N_opt, up to a
+scale; its Taylor series has no linear term and a cubic term (beta - alpha) u / 3 times the
+quadratic one), so a parabola fitted over an off-centre window has its vertex pulled by an
+amount that depends on the offset, the window's width and alpha - beta. A constant offset moves
+every vertex alike and biases only the intercept k_N; an offset that changes with C (the sizes'
+centre drifting from 1x to 3x N_opt across the budgets) biases the exponent a, with every vertex
+still inside its curve's sizes, so no curve is flagged.
 
 `implied_bias` measures it on the study's own design: the fitted L(N, D) (VPNLS or approach 3)
 evaluated without noise at the very (C, N, D) the study sampled, then approach 2 run on those
