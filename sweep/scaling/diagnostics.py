@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from sweep.scaling.report import ScalingReport
 
 __all__ = ["BUDGET_TOLERANCE", "EMBEDDING_SHARE", "LAW_FITS", "Note", "data_notes", "law_fit",
-           "law_notes"]
+           "law_notes", "trial_labels"]
 
 #: A budget column more than this fraction off 6ND (median over rows) is named.
 BUDGET_TOLERANCE = 0.1
@@ -89,6 +89,11 @@ def law_fit(report: ScalingReport) -> str | None:
     return next((k for k in LAW_FITS if k in report.results and report.results[k].ok), None)
 
 
+def trial_labels(points: Any) -> np.ndarray:
+    """Each point's ``trial`` (a study's trial number, a table's data row), else its row."""
+    return (points["trial"] if "trial" in points else points.index).to_numpy()
+
+
 def _trials(values: Any, limit: int = 5) -> str:
     shown = ", ".join(str(v) for v in list(values)[:limit])
     return shown + (f" and {len(values) - limit} more" if len(values) > limit else "")
@@ -112,7 +117,7 @@ def data_notes(report: ScalingReport) -> list[Note]:
     budget = column(points, METRIC_BUDGET_FLOPS)
     missing = ~np.isfinite(budget) | ~(budget > 0)
     if missing.any() and (~missing).any() and "2" in report.results:
-        trials = points["trial"].to_numpy()[missing]
+        trials = trial_labels(points)[missing]
         notes.append(Note(
             "rows-dropped", "2", "approach 2 left out rows without a budget",
             f"{int(missing.sum())} of {len(points)} rows have no finite budget_flops (trials "

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sweep.scaling.diagnostics import LAW_FITS, Note
+from sweep.scaling.diagnostics import LAW_FITS, Note, trial_labels
 from sweep.scaling.runs import LOSS, column
 from sweep.schema import METRIC_N_PARAMS, METRIC_N_TOKENS
 
@@ -94,7 +94,7 @@ def influence(points) -> Influence | None:
     centre = np.nanmedian(residual)
     scale = 1.4826 * np.nanmedian(np.abs(residual - centre))
     z = (residual - centre) / scale if scale > 0 else np.zeros_like(residual)
-    return Influence(points["trial"].to_numpy()[ok], float(a[0]), a[1:], residual, z)
+    return Influence(trial_labels(points)[ok], float(a[0]), a[1:], residual, z)
 
 
 def influence_notes(report: ScalingReport) -> tuple[list[Note], dict[str, float] | None]:
@@ -114,7 +114,7 @@ def influence_notes(report: ScalingReport) -> tuple[list[Note], dict[str, float]
     if not named.size:
         return [], None
     named = named[np.argsort(-np.abs(found.move[named]))]
-    points = report.points.set_index("trial")
+    points = report.points.set_index(trial_labels(report.points))
     parts = []
     for k in named:
         trial = found.trial[k]
@@ -125,9 +125,11 @@ def influence_notes(report: ScalingReport) -> tuple[list[Note], dict[str, float]
                      f"{found.a:.4f} ({-found.move[k]:+.4f})")
     flags = " ".join(f"--exclude {found.trial[k]}" for k in named)
     return [Note(
-        "influential-point", "vpnls", f"{len(named)} point{'s' if len(named) > 1 else ''} "
-        "off the law move the exponent a on their own (leave-one-out refits of L(N, D) by "
-        "VPNLS)", "; ".join(parts), f"check those runs (a failed evaluation, a wrong budget); "
+        "influential-point", "vpnls",
+        (f"{len(named)} points off the law move" if len(named) > 1 else
+         "1 point off the law moves") + " the exponent a on its own (leave-one-out refits of "
+        "L(N, D) by VPNLS)", "; ".join(parts),
+        "check those runs (a failed evaluation, a wrong budget); "
         f"if they are faulty, rerun sweep analyze scaling with {flags}; approach 3's Huber loss "
         "weighs them less")], _without(report.points, set(found.trial[named]))
 
@@ -139,6 +141,6 @@ def _without(points, trials: set) -> dict[str, float]:
 
     n, d, y = (column(points, k) for k in (METRIC_N_PARAMS, METRIC_N_TOKENS, LOSS))
     ok = np.isfinite(n) & np.isfinite(d) & np.isfinite(y) & (n > 0) & (d > 0) & (y > 0)
-    keep = ~points["trial"].isin(trials).to_numpy()
+    keep = ~np.isin(trial_labels(points), list(trials))
     (row,) = weighted_refits(n[ok], d[ok], y[ok], keep[ok][None].astype(float))
     return dict(zip(PARAMS, (float(v) for v in row), strict=True))

@@ -109,7 +109,7 @@ def test_the_cli_prints_the_verdict_first_and_exclude_leaves_a_point_out(tmp_pat
     assert res.exit_code == 0, res.output
     text = " ".join(res.stdout.split())
     assert text.index("verdict: approach vpnls") < text.index("approach 2: Chinchilla")
-    assert "note [influential-point, approach vpnls]: 1 point off the law" in text
+    assert "note [influential-point, approach vpnls]: 1 point off the law moves" in text
     assert "--exclude 20" in text
     res = CliRunner().invoke(app, [*base, "--exclude", "20", "--json"])
     assert res.exit_code == 0, res.output
