@@ -9,7 +9,8 @@ The rule (`RULE`), in order:
    off-centre or drifting grid and alpha != beta (Czech 2026, "Problems with Chinchilla
    Approach 2"), and VPNLS first because its bootstrap refits the whole procedure where
    approach 3's restarts from the full fit's optimum;
-2. else approach 2, else approach 1 (their power laws of C);
+2. else approach 2, else approach 1 (their power laws of C), when 0 < a < 1 (N_opt and D_opt
+   both grow with C);
 3. else a fit of L(N, D) that did not converge or is degenerate, said so in the reason.
 
 Approach 2 is the cross-check at every budget: where its N_opt and the verdict's differ beyond
@@ -115,8 +116,15 @@ def _choose(report: ScalingReport, notes: list[Note]) -> tuple[str, str] | None:
                        + ("its fit is degenerate (see the note)" if key in degenerate
                           else f"it did not converge ({result.fit.message})"))
     for key in ("2", "1"):
-        if _usable(report.results.get(key)):
+        result = report.results.get(key)
+        if not _usable(result):
+            continue
+        assert result is not None
+        a = result.params.get("a", math.nan)
+        if 0 < a < 1:  # N_opt and D_opt both grow with C
             return key, _WHY[key] + "".join(f"; {s}" for s in skipped)
+        skipped.append(f"approach {key} passed over: its exponent a = {a:.3g} has "
+                       + ("N_opt shrink" if a <= 0 else "D_opt shrink") + " as C grows")
     for key in LAW_FITS:
         if _usable(report.results.get(key)):
             return key, (f"approach {key}, the only fit with a compute-optimal table, though "

@@ -140,3 +140,11 @@ def test_approach_2_parting_from_the_verdict_is_noted_with_both_intervals():
     truth = n_opt(1e22, ASYMMETRIC)
     assert row.intervals["n_params"][0] <= truth <= row.intervals["n_params"][1]
     assert row.cross_check / truth > 1.1  # approach 2's +0.03 on a carried to 10x the budgets
+
+
+def test_a_power_law_whose_n_opt_shrinks_with_c_gives_no_verdict():
+    report = analyze(isoflop_frame(noise=0.0), approaches=("2",), budgets=[1e22])
+    result = report.results["2"]
+    shrinking = dataclasses.replace(result, params={**result.params, "a": -0.13})
+    assert conclude(report).verdict.approach == "2"
+    assert conclude(dataclasses.replace(report, results={"2": shrinking})).verdict is None
