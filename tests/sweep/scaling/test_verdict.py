@@ -31,7 +31,7 @@ def differ_beyond_intervals(x, x_interval, y, y_interval):
                                         math.log(y_interval[1] / y))
 
 
-@pytest.mark.slow  # 100 studies, each VPNLS and approach 2 with 100 bootstrap refits: 150 s
+@pytest.mark.slow  # 100 studies, each VPNLS and approach 2 with 100 bootstrap refits: 61 s
 def test_the_interval_covers_the_true_n_opt_and_every_parting_is_noted():
     """Four designs in turn: centred or drifting (1x -> 3x N_opt), 1% or 0.2% noise."""
     designs = [((1.0, 1.0), 0.01), ((1.0, 3.0), 0.01), ((1.0, 1.0), 0.002), ((1.0, 3.0), 0.002)]
@@ -56,7 +56,6 @@ def test_the_interval_covers_the_true_n_opt_and_every_parting_is_noted():
     assert parted >= 5  # the drifting designs at low noise part: the rule is exercised
 
 
-@pytest.mark.slow  # approach 3's 4,500 starts, 3.4 s
 def test_the_verdict_takes_vpnls_then_approach_3_then_approach_2():
     frame = isoflop_frame(noise=0.003)
     both = conclude(analyze(frame, approaches=("2", "3", "vpnls"), budgets=[1e22]))
@@ -98,7 +97,7 @@ def test_the_json_has_the_verdict_the_notes_and_the_shapes():
     assert out["recommendations"] == []  # a table has no size rule to make shapes from
 
 
-@pytest.mark.slow  # three runs of the command, each fitting and plotting: 28 s on a loaded machine
+@pytest.mark.slow  # three runs of the command, each fitting and plotting: 4.5 s
 def test_the_cli_prints_the_verdict_first_and_exclude_leaves_a_point_out(tmp_path):
     frame = isoflop_frame(noise=0.003, seed=1)
     frame.loc[20, "loss"] *= 1.5
@@ -124,7 +123,6 @@ def test_the_cli_prints_the_verdict_first_and_exclude_leaves_a_point_out(tmp_pat
         res.output.split())
 
 
-@pytest.mark.slow  # 100 bootstrap refits of both fits and 36 leave-one-out refits: 3.5 s
 def test_approach_2_parting_from_the_verdict_is_noted_with_both_intervals():
     frame = isoflop_frame(ASYMMETRIC, noise=0.002, drift=(1.0, 3.0))
     report = conclude(analyze(frame, approaches=("2", "vpnls"), budgets=[1e22], n_bootstrap=100))
