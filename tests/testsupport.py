@@ -47,3 +47,37 @@ class FailingAfter:
             return attr(*args, **kwargs)
 
         return call
+
+
+def isoflop_frame(p=CHINCHILLA, budgets=(1e18, 1e19, 1e20, 1e21), k=4.0, sizes=9, noise=0.01,
+                  seed=0, drift=(1.0, 1.0)):
+    """A synthetic IsoFLOP study of the law ``p``: one row per (budget, size), D = C / (6N).
+
+    At each budget the sizes are ``sizes`` log-spaced over [c N_opt / k, c N_opt k], the
+    centre factor c moving log-linearly from ``drift[0]`` at the first budget to ``drift[1]`` at
+    the last; losses carry log-normal noise of ``noise`` (seeded numpy RNG). Columns as a
+    points frame: ``trial`` (row number), ``n_params``, ``n_tokens``, ``budget_flops``,
+    ``loss``.
+    """
+    import numpy as np
+    import pandas as pd
+
+    a, b = p["alpha"], p["beta"]
+    g = (a * p["A"] / (b * p["B"])) ** (1 / (a + b))
+    centres = np.geomspace(drift[0], drift[1], len(budgets))
+    rows = [(c, n) for c, s in zip(budgets, centres, strict=True)
+            for n in s * g * (c / 6) ** (b / (a + b)) * np.geomspace(1 / k, k, sizes)]
+    c = np.array([r[0] for r in rows])
+    n = np.array([r[1] for r in rows])
+    d = c / (6 * n)
+    loss = law(n, d, p) * np.exp(np.random.default_rng(seed).normal(0.0, noise, c.size))
+    frame = pd.DataFrame({"trial": np.arange(c.size), "n_params": n, "n_tokens": d,
+                          "budget_flops": c, "loss": loss})
+    frame.attrs.update(source="synthetic", excluded={}, n_params_convention="total")
+    return frame
+
+
+def n_opt(c, p=CHINCHILLA):
+    """The law's compute-optimal N at ``c`` FLOPs (Hoffmann et al. 2022 eq. 4, C = 6ND)."""
+    a, b = p["alpha"], p["beta"]
+    return (a * p["A"] / (b * p["B"])) ** (1 / (a + b)) * (c / 6) ** (b / (a + b))

@@ -60,6 +60,7 @@ def print_scaling_report(report: ScalingReport, out: Console) -> None:
               f"{f' (excluded: {excluded})' if excluded else ''}; parameter count N: "
               f"{report.n_params_convention}; FLOPs: {FLOP_CONVENTION}", highlight=False,
               markup=False)
+    _print_verdict(report, out)
     for key, result in report.results.items():
         out.print(f"\napproach {key}: {result.approach.title}", highlight=False,
                   style="bold", markup=False)
@@ -94,6 +95,34 @@ def print_scaling_report(report: ScalingReport, out: Console) -> None:
         for note in result.notes:
             out.print(f"note: {note}", highlight=False, markup=False)
     _print_recommendations(report.recommendations, out)
+
+
+def _print_verdict(report: ScalingReport, out: Console) -> None:
+    """The verdict (one estimate per budget, and why) and the notes, before the approaches."""
+    from sweep.scaling.runs import LOSS
+
+    verdict = report.verdict
+    if verdict is not None:
+        level = f"{verdict.level:.0%} interval" if math.isfinite(verdict.level) else "interval"
+        table = Table(title=f"verdict: approach {verdict.approach} [{level}]")
+        for header in ("C (FLOPs)", "N_opt (params)", "D_opt (tokens)", "loss",
+                       "approach 2's N_opt"):
+            table.add_column(header, justify="right")
+        for row in verdict.rows:
+            table.add_row(_num(row.budget_flops) + (" *" if row.extrapolated else ""),
+                          _with_interval(row.n_params, row.intervals.get(METRIC_N_PARAMS)),
+                          _with_interval(row.n_tokens, row.intervals.get(METRIC_N_TOKENS)),
+                          _with_interval(row.loss, row.intervals.get(LOSS)),
+                          _with_interval(row.cross_check, row.cross_interval)
+                          + (" (parts)" if row.parted else ""))
+        out.print(table)
+        out.print(f"why: {verdict.why}", highlight=False, markup=False)
+        out.print(f"rule: {verdict.rule}; shapes to train: the recommended shapes below",
+                  highlight=False, markup=False)
+    for note in report.notes:
+        out.print(f"note [{note.code}, approach {note.subject}]: {note.text}"
+                  if note.subject != "data" else f"note [{note.code}]: {note.text}",
+                  highlight=False, markup=False)
 
 
 def _print_recommendations(rows: list[dict[str, Any]], out: Console) -> None:

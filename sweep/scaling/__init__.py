@@ -2,10 +2,12 @@
 
 - `load_runs` / `load_curves` (`sweep.scaling.runs`): a study's trained points and evaluations.
 - Fits, each returning a `FitResult` with intervals: `fit_power_law` (L = E + A / X^alpha),
-  `fit_envelope` (Chinchilla approach 1), `fit_isoflop` (approach 2, with its bias flagged),
+  `fit_envelope` (Chinchilla approach 1), `fit_isoflop` (approach 2, its grid bias sized by
+  `sweep.scaling.isoflop_bias`),
   `fit_parametric` (approach 3, as Hoffmann et al.), `fit_vpnls` (variable projection).
 - `optimal_allocation`: N_opt, D_opt and the loss for a budget, under C = 6ND or the cost model.
-- `analyze` (`sweep.scaling.report`): the approaches side by side, as `sweep analyze scaling`.
+- `analyze` (`sweep.scaling.report`): the approaches side by side, as `sweep analyze scaling`;
+  `conclude` (`sweep.scaling.verdict`): the notes on known traps and one recommended estimate.
 
 The shapes a scaling study's size rule offers for each N_opt are the scaling kind's
 (`sweep.kinds.scaling.recommend`).
@@ -41,6 +43,9 @@ _LAZY = {
     "read_csv_points": "sweep.scaling.points_csv",
     "ScalingReport": "sweep.scaling.report",
     "analyze": "sweep.scaling.report",
+    "Note": "sweep.scaling.diagnostics",
+    "Verdict": "sweep.scaling.verdict",
+    "conclude": "sweep.scaling.verdict",
 }
 
 __all__ = sorted(_LAZY)

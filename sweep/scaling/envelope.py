@@ -175,11 +175,7 @@ def fit_envelope(run_id, n_params, flops, loss, *, tokens=None, budgets=None,
                 for k in range(budgets.size) if has[k]]
     use = ~edge
     if use.sum() < 2 or np.unique(n_opt[use]).size < 2:
-        raise FitError(f"{int(use.sum())} usable envelope budgets of {budgets.size} with "
-                       f"{np.unique(n_opt[use]).size} distinct N_opt{note}: the power laws need "
-                       "2 budgets and 2 sizes; a budget's winner at the smallest or largest "
-                       "size reaching it is left out, so train sizes on both sides of the "
-                       "optimum")
+        raise FitError(_too_few(budgets, sizes, table, n_opt, use, distinct, has, note))
     params, residuals = _power_laws(budgets[use], n_opt[use], d_opt[use], env_loss[use])
     settings: dict[str, object] = {
         "budgets": int(budgets.size), "usable_budgets": int(use.sum()), "runs": int(run_ids.size),
@@ -200,6 +196,25 @@ def fit_envelope(run_id, n_params, flops, loss, *, tokens=None, budgets=None,
     draws, failed = _bootstrap(counts, table, tok_table, sizes, budgets, tok is not None)
     return replace(fit, draws=draws, intervals=percentile_intervals(draws, level),
                    settings={**settings, "bootstrap_failed": failed})
+
+
+def _too_few(budgets, sizes, table, n_opt, use, distinct, has, note) -> str:
+    """Why the envelope gives no power law: what approach 1 needs and what it found."""
+    reach = np.isfinite(table)
+    lo = np.where(reach, sizes[:, None], np.inf).min(axis=0)
+    hi = np.where(reach, sizes[:, None], -np.inf).max(axis=0)
+    few = has & (distinct < 3)
+    small = has & ~few & (n_opt <= lo)
+    large = has & ~few & ~small & (n_opt >= hi)
+    won = ", ".join(f"{v:.4g}" for v in np.unique(n_opt[use])[:5]) or "none"
+    return (f"approach 1 needs 2 or more compute levels whose lowest loss belongs to a size "
+            f"strictly between the smallest and largest reaching that compute, won by 2 or more "
+            f"sizes; of {budgets.size} compute levels{note}, {int(use.sum())} qualify, won by "
+            f"{np.unique(n_opt[use]).size} distinct N_opt (N = {won}); {int(small.sum())} are "
+            f"won by the smallest size reaching them, {int(large.sum())} by the largest, "
+            f"{int(few.sum())} are reached by fewer than 3 sizes. Train sizes on both sides of "
+            "the optimum, each long enough that a larger size overtakes a smaller one as "
+            "compute grows, or use approaches 2, 3 or vpnls")
 
 
 def _check_inputs(run, n_params, flops, loss, tokens, n_bootstrap, level):

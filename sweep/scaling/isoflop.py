@@ -5,9 +5,10 @@ FLOP budget C, fit loss against log N with a parabola; its vertex is the compute
 that budget, and D_opt = C / (6 N_opt); then fit N_opt = k_N C^a and D_opt = k_D C^b by least
 squares on the logs. The vertex is biased when the sampled sizes sit off-centre around the true
 optimum, span a wide range, or alpha != beta (Czech 2026, "Problems with Chinchilla Approach 2",
-Open-Athena/scaling-law-analysis), so each curve reports where its vertex sits within its
-sampled range and is flagged when the vertex lies at or beyond an edge or the parabola does not
-open upwards.
+Open-Athena/scaling-law-analysis). Each curve reports where its vertex sits within its sampled
+range and is flagged (left out) when the vertex lies at or beyond an edge or the parabola does
+not open upwards; the bias of a grid that drifts against the optimum, with every vertex inside
+its range, is sized by `sweep.scaling.isoflop_bias` on the fitted L(N, D).
 
 Bootstrap intervals (``n_bootstrap``) refit both stages on resamples: of the points within each
 curve (``resample="points"``, each curve keeping its size) or of whole curves, i.e. budgets

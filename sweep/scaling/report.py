@@ -108,6 +108,9 @@ class ScalingReport:
         excluded: Rows left out before fitting, by reason (``frame.attrs["excluded"]``).
         recommendations: Rows of recommended model shapes per target budget, printed after
             the compute-optimal tables; none unless a caller adds them.
+        notes: The diagnostics (`sweep.scaling.diagnostics.Note`), and ``verdict`` the
+            recommended estimate (`sweep.scaling.verdict.Verdict`): filled by
+            `sweep.scaling.verdict.conclude`, empty and None until then.
     """
 
     results: dict[str, ApproachResult]
@@ -119,6 +122,8 @@ class ScalingReport:
     n_params_convention: str = "total"
     excluded: dict[str, int] = field(default_factory=dict)
     recommendations: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[Any] = field(default_factory=list)
+    verdict: Any = None
 
 
 def default_budgets(points: pd.DataFrame) -> list[float]:

@@ -37,7 +37,7 @@ def _pairs(intervals: Mapping[str, tuple[float, float]]) -> dict[str, list[float
     return {k: [_number(lo), _number(hi)] for k, (lo, hi) in intervals.items()}
 
 
-def report_json(report: ScalingReport) -> dict[str, dict[str, Any]]:
+def report_json(report: ScalingReport) -> dict[str, Any]:
     """The report as one JSON-ready object keyed by approach.
 
     Each approach's object: ``title``; then either ``error`` (why the fit could not be made)
@@ -47,8 +47,11 @@ def report_json(report: ScalingReport) -> dict[str, dict[str, Any]]:
     ``budget_flops``, ``n_params``, ``n_tokens``, ``tokens_per_param``, ``loss``,
     ``extrapolated``, ``intervals``), ``method``, ``n_points``, ``converged``, ``notes``,
     ``flop_convention`` (``C = 6ND``) and ``n_params_convention``. Non-finite numbers are null.
+    A report with a verdict or notes (`sweep.scaling.verdict.conclude`) adds ``verdict``
+    (`sweep.scaling.verdict.verdict_json`), ``notes`` (each `Note` with its ``text``) and
+    ``recommendations`` (the shapes to train, each with its spec fragment).
     """
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Any] = {}
     for key, result in report.results.items():
         entry: dict[str, Any] = {"title": result.approach.title}
         fit = result.fit
@@ -68,6 +71,12 @@ def report_json(report: ScalingReport) -> dict[str, dict[str, Any]]:
             notes=list(result.notes),
             flop_convention=FLOP_CONVENTION, n_params_convention=report.n_params_convention)
         out[key] = entry
+    if report.verdict is not None or report.notes:
+        from sweep.scaling.verdict import verdict_json
+
+        out["verdict"] = verdict_json(report.verdict)
+        out["notes"] = [note.as_dict() for note in report.notes]
+        out["recommendations"] = [dict(row) for row in report.recommendations]
     return out
 
 

@@ -41,7 +41,8 @@ from sweep.scaling.law import PARAMS, check_points
 from sweep.scaling.parametric import ParametricFit
 from sweep.scaling.result import DEFAULT_LEVEL, FitError
 
-__all__ = ["NELDER_MEAD_OPTIONS", "VPNLSFit", "VPNLS_BOUNDS", "VPNLS_GRID", "fit_vpnls"]
+__all__ = ["NELDER_MEAD_OPTIONS", "VPNLSFit", "VPNLS_BOUNDS", "VPNLS_GRID", "fit_vpnls",
+           "weighted_refits"]
 
 #: Czech 2026 (Open-Athena/scaling-law-analysis): the start grid of alpha and of beta.
 VPNLS_GRID = tuple(float(v) for v in np.linspace(0.05, 0.95, 32))
@@ -164,14 +165,15 @@ def _grid_rss(pn, pd, y, weights):
     return best
 
 
-def _refine(start, log_n, log_d, y, root_w):
+def _refine(start, log_n, log_d, y, root_w, options=None):
     def objective(x):
         return _nnls(x[0], x[1], log_n, log_d, y, root_w)[0]
 
-    return minimize(objective, start, method="Nelder-Mead", options=NELDER_MEAD_OPTIONS)
+    return minimize(objective, start, method="Nelder-Mead",
+                    options=options or NELDER_MEAD_OPTIONS)
 
 
-def _fit_one(log_n, log_d, y, weights, pn, pd, grid_a, grid_b, rss_grid=None):
+def _fit_one(log_n, log_d, y, weights, pn, pd, grid_a, grid_b, rss_grid=None, options=None):
     """Grid then Nelder-Mead for one weight vector: (theta, rss, coef, sol, diagnostics)."""
     if rss_grid is None:
         rss_grid = _grid_rss(pn, pd, y, weights[None])[0]
@@ -183,7 +185,8 @@ def _fit_one(log_n, log_d, y, weights, pn, pd, grid_a, grid_b, rss_grid=None):
                                f"[{values[0]:.3g}, {values[-1]:.3g}]")
     rows = weights > 0
     root_w = np.sqrt(weights[rows])
-    sol = _refine(np.array([grid_a[i], grid_b[j]]), log_n[rows], log_d[rows], y[rows], root_w)
+    sol = _refine(np.array([grid_a[i], grid_b[j]]), log_n[rows], log_d[rows], y[rows], root_w,
+                  options)
     alpha, beta = (float(v) for v in sol.x)
     rss, coef = _nnls(alpha, beta, log_n[rows], log_d[rows], y[rows], root_w)
     return alpha, beta, rss, coef, sol, diagnostics
@@ -298,3 +301,36 @@ def _bootstrap(n, d, log_n, log_d, y, pn, pd, grid_a, grid_b, n_bootstrap, seed,
             failed["not_converged"] += int(not sol.success)
             table[start + k] = (*coef, alpha, beta)
     return {name: table[:, i] for i, name in enumerate(PARAMS)}, failed
+
+
+def weighted_refits(n_params, n_tokens, loss, weights, *,
+                    xatol: float = NELDER_MEAD_OPTIONS["xatol"]) -> np.ndarray:
+    """The whole VPNLS procedure (grid, then Nelder-Mead) once per row of ``weights``.
+
+    Args:
+        n_params: Shape ``(n,)``: parameters N (finite, > 0).
+        n_tokens: Shape ``(n,)``: training tokens D (finite, > 0).
+        loss: Shape ``(n,)``: losses, nats/token.
+        weights: Shape ``(R, n)``: each refit's weight per point (0 leaves a point out, as a
+            leave-one-out refit does).
+        xatol: Nelder-Mead's tolerance on alpha and beta (the fit's own by default; looser
+            for refits that need a's change to 1e-4, not 1e-10).
+
+    Returns:
+        Shape ``(R, 5)``: ``E, A, B, alpha, beta`` (`PARAMS` order) of each refit.
+    """
+    n, d, y = (np.asarray(v, dtype=float) for v in (n_params, n_tokens, loss))
+    weights = np.asarray(weights, dtype=float)
+    grid_a = grid_b = np.asarray(VPNLS_GRID)
+    log_n, log_d = np.log(n), np.log(d)
+    pn, pd = np.exp(-np.outer(log_n, grid_a)), np.exp(-np.outer(log_d, grid_b))
+    out = np.empty((weights.shape[0], 5))
+    options = {**NELDER_MEAD_OPTIONS, "xatol": xatol}
+    chunk = max(1, 200_000 // (grid_a.size * grid_b.size))  # bounds the grids' memory
+    for start in range(0, weights.shape[0], chunk):
+        block = weights[start:start + chunk]
+        for k, (row, grid) in enumerate(zip(block, _grid_rss(pn, pd, y, block), strict=True)):
+            alpha, beta, _, coef, _, _ = _fit_one(log_n, log_d, y, row, pn, pd, grid_a, grid_b,
+                                                  grid, options)
+            out[start + k] = (*coef, alpha, beta)
+    return out

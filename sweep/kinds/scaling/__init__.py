@@ -122,7 +122,11 @@ class ScalingKind(GridKind):
         from sweep.kinds.scaling.driver import layout_notes, run_budgets
 
         study, layouts = run_budgets(job, job.prepared.plan)
-        return study, layout_notes(layouts)
+        # The run's end points to the analysis: the verdict, its notes and the shapes.
+        analyze = f"next: sweep analyze scaling {job.ctx.out_dir} (the verdict and its notes)"
+        if job.say is not None:
+            job.say(analyze)
+        return study, [*layout_notes(layouts), analyze]
 
     def point_key(self, spec: StudySpec, params: Mapping[str, Any]) -> Hashable:
         from sweep.kinds.scaling.shapes import SCALING_POINT

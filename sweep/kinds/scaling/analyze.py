@@ -55,8 +55,13 @@ def command(
     n_params: str = typer.Option("total", "--n-params",
                                  help="Parameter count: total (Chinchilla) or non-embedding "
                                       "(Kaplan)."),
+    exclude: list[str] = typer.Option(None, "--exclude", metavar="TRIAL",
+                                      help="Leave out this point before fitting: a study's "
+                                           "trial number, or a --csv table's data row from 0, "
+                                           "as the influential-point note names it (repeat, or "
+                                           "join by commas)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object keyed by "
-                                                       "approach."),
+                                                       "approach, with the verdict and notes."),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (then STUDY is the "
                                                 "experiment name), e.g. http://host:5000."),
 ) -> None:
@@ -67,12 +72,14 @@ def command(
         points, curves = _csv_points(csv, n_params), None
     else:
         points, curves = _load_study(study, tracking_uri, n_params, curves="1" in approaches)
+    points, curves = _excluded(points, curves, exclude)
     folder = out_folder(out, points, study)  # before the fits, which may take a while
 
     from sweep.scaling.report import analyze
+    from sweep.scaling.verdict import conclude
 
-    report = analyze(points, approaches=approaches, budgets=budgets, curves=curves,
-                     n_bootstrap=bootstrap, seed=seed)
+    report = conclude(analyze(points, approaches=approaches, budgets=budgets, curves=curves,
+                              n_bootstrap=bootstrap, seed=seed))
     if study is not None:
         from sweep.kinds.scaling.recommend import add_recommendations
 
@@ -87,6 +94,32 @@ def command(
     print_done(done, as_json)
     if not any(result.ok for result in report.results.values()):
         raise typer.Exit(code=1)
+
+
+def _excluded(points: Any, curves: Any, exclude: list[str] | None) -> tuple[Any, Any]:
+    """The points (and curves) without the ``--exclude`` trials; exits 2 on an unknown one."""
+    if not exclude:
+        return points, curves
+    wanted = []
+    for raw in (v.strip() for value in exclude for v in value.split(",")):
+        try:
+            wanted.append(int(raw))
+        except ValueError:
+            bad_input(f"--exclude {raw!r}: must be a trial number (an integer)")
+    known = set(points["trial"].astype(int))
+    unknown = [t for t in wanted if t not in known]
+    if unknown:
+        bad_input(f"--exclude {', '.join(map(str, unknown))}: no such point among the "
+                  f"{len(points)} fitted (trials {min(known)} to {max(known)})")
+    attrs = dict(points.attrs)
+    kept = points[~points["trial"].astype(int).isin(wanted)].reset_index(drop=True)
+    kept.attrs.update(attrs, excluded={**attrs.get("excluded", {}),
+                                       "--exclude": len(set(wanted))})
+    if curves is not None:
+        cattrs = dict(curves.attrs)
+        curves = curves[~curves["trial"].astype(int).isin(wanted)].reset_index(drop=True)
+        curves.attrs.update(cattrs)
+    return kept, curves
 
 
 def _scaling_flags(study: str | None, csv: str | None, budget: list[str] | None,

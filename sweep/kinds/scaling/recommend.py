@@ -137,13 +137,14 @@ def add_recommendations(report: Any, spec: Any, *, k: int = 3,
                         device: Device = "cuda") -> None:
     """Fill ``report.recommendations``: the shapes to train at each target budget.
 
-    From the first fitted approach of `RECOMMEND_FROM` whose optimiser converged (else the
-    first fitted): for a fit of L(N, D) (VPNLS, approach
-    3), N_opt is found again under the project's own FLOP count, C = D x training FLOPs per
-    token of the cost model (`cost_model_flops_per_token`, `optimal_allocation`), since that
-    is what the shapes will cost; for approaches 1 and 2, the fitted N_opt (C = 6ND). Then the ``k``
-    shapes of the study's size rule nearest to N_opt (`sweep.scaling.recommend.recommend`),
-    each priced on ``device``. Each row carries its spec fragment under ``spec_fragment``.
+    From the verdict's approach (``report.verdict``, `sweep.scaling.verdict`), else the first
+    fitted approach of `RECOMMEND_FROM` whose optimiser converged (else the first fitted):
+    for a fit of L(N, D) (VPNLS, approach 3), N_opt is found again under the project's own
+    FLOP count, C = D x training FLOPs per token of the cost model
+    (`cost_model_flops_per_token`, `optimal_allocation`), since that is what the shapes will
+    cost; for approaches 1 and 2, the fitted N_opt (C = 6ND). Then the ``k`` shapes of the
+    study's size rule nearest to N_opt (`sweep.scaling.recommend.recommend`), each priced on
+    ``device``. Each row carries its spec fragment under ``spec_fragment``.
 
     Args:
         report: `sweep.scaling.report.analyze`'s `ScalingReport`.
@@ -159,6 +160,9 @@ def add_recommendations(report: Any, spec: Any, *, k: int = 3,
               and report.results[k_].ok and report.results[k_].optimal]
     key = next((k_ for k_ in fitted if report.results[k_].fit.converged),
                fitted[0] if fitted else None)
+    verdict = getattr(report, "verdict", None)
+    if verdict is not None:  # the verdict's approach (`sweep.scaling.verdict`) sizes them
+        key = verdict.approach
     if key is None or spec is None or getattr(spec, "scaling", None) is None:
         return
     result = report.results[key]

@@ -67,7 +67,7 @@ def test_csv_fit_matches_the_law_to_three_digits(csv, tmp_path):
               "--out", tmp_path / "plots", "--budget", "5.88e23")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert set(out) == {"2", "3"}
+    assert set(out) == {"2", "3", "verdict", "notes", "recommendations"}
     three = out["3"]
     for name in ("alpha", "beta"):
         assert round(three[name], 3) == LAW[name], name
@@ -249,7 +249,7 @@ def test_every_approach_runs_on_a_study_by_default(study, tmp_path):
     res = run(study["out"], "--bootstrap", 0, "--json", "--out", tmp_path)
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert list(out) == ["1", "2", "3", "vpnls"]
+    assert list(out) == ["1", "2", "3", "vpnls", "verdict", "notes", "recommendations"]
     assert round(out["3"]["alpha"], 3) == 0.34
     assert round(out["vpnls"]["alpha"], 3) == 0.34
     # The envelope's N_opt steps between the 7 trained sizes per budget, so its exponent is

@@ -131,3 +131,13 @@ def test_a_near_vertical_power_law_is_flagged_not_raised():
     params, _ = _power_laws(budgets, np.array([1e4, 2e4]), np.array([1e6, 5e5]),
                             np.array([2.0, 1.9]))
     assert params["a"] > 1e9 and math.isinf(params["k_d"]) and params["k_n"] == 0.0
+
+
+def test_too_few_usable_budgets_say_what_approach_1_needs_and_what_it_found():
+    run, n, c, y, _ = curves([1e9])
+    with pytest.raises(FitError) as caught:
+        fit_envelope(run, n, c, y)
+    message = str(caught.value)
+    assert message.startswith("approach 1 needs 2 or more compute levels whose lowest loss")
+    assert "of 1500 compute levels, 0 qualify, won by 0 distinct N_opt (N = none)" in message
+    assert "1500 are reached by fewer than 3 sizes. Train sizes on both sides" in message

@@ -47,7 +47,9 @@ def trials_of(summary):
 
 def check_study(spec, summary):
     client, trials = trials_of(summary)
-    assert summary.notes == []  # nothing dropped on this grid
+    # nothing dropped on this grid; the last note points to the analysis
+    assert summary.notes == [f"next: sweep analyze scaling {summary.out_dir} (the verdict and "
+                             "its notes)"]
     assert {k: v for k, v in summary.counts.items() if v} == {"COMPLETE": 6}
     assert [t["trial"] for t in trials] == list(range(6))
     labels = [t["params"][shapes.SCALING_POINT] for t in trials]
