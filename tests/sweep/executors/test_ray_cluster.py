@@ -123,6 +123,8 @@ def test_cluster_that_refuses_the_token_exits_2_and_writes_nothing(head_node, tm
     text = " ".join(result.stderr.split())
     assert f"--address {address}: Ray could not connect" in text
     assert "RAY_AUTH_MODE=token" in text and "Traceback" not in text
+    # Told by the cluster's first refusal (`refused_by_gcs`), not after ray.init's 20 retries.
+    assert "the cluster refused this process" in text and "InvalidAuthToken" in text
     assert not out.exists()
 
 
