@@ -46,9 +46,9 @@ def spec_file(tmp_path, executor="ray"):
     return path
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def head_node():
-    """``ray start --head --block`` on 127.0.0.1, with token authentication.
+    """``ray start --head --block`` on 127.0.0.1, with token authentication, for the module.
 
     Yields ``(address, env)``: ``env`` holds ``RAY_AUTH_MODE=token`` and the cluster's token,
     as a user's shell would. Ray reads them when it is imported, so the study runs in its own
