@@ -5,7 +5,8 @@
   an earlier run's trials, have no public API.
 - The training session (``ray.train._internal.session.get_session``): whether Ray still runs a
   function trainable's thread (`session_alive`).
-- The bootstrap address of a local Ray (``ray._private.services``), to check ``auto``, and
+- The bootstrap address of a local Ray (``ray._private.services``), to check ``auto``; the
+  GCS client (``ray._raylet.GcsClient``), to see a refused token at once (`refused_by_gcs`); and
   the loggers of Ray's job client that report every upload (`CHATTY_LOGGERS`).
 - PBT's exploit step (``PopulationBasedTraining._exploit``, its ``_trial_state`` and a trial's
   ``checkpoint_manager._latest_checkpoint_result``): `PinnedPBT` restarts a member from a copy
@@ -29,7 +30,8 @@ from ray.tune.schedulers import PopulationBasedTraining
 from ray.tune.search.optuna import OptunaSearch
 
 __all__ = ["CHATTY_LOGGERS", "PinnedPBT", "bootstrap_address", "completed", "mark_completed",
-           "search_sampler", "search_space", "search_study", "search_trial", "session_alive"]
+           "refused_by_gcs", "search_sampler", "search_space", "search_study", "search_trial",
+           "session_alive"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,27 @@ def session_alive() -> bool:
     writing to the trial's MLflow run.
     """
     return get_session() is not None
+
+
+def refused_by_gcs(address: str) -> str | None:
+    """Why the GCS at ``host:port`` refuses this process's token, or None (one request).
+
+    ``ray.init`` asks a GCS that refuses its token 20 times, a second apart
+    (``ray._private.node.Node._init_gcs_client``, ``RAY_NUM_REDIS_GET_RETRIES``), then raises
+    a ``ConnectionError`` that no longer says why; the ``GcsClient`` it connects with raises
+    ``AuthenticationError`` on the first refusal. Anything else (the GCS accepts, or fails
+    otherwise) is left to ``ray.init``: None.
+    """
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+    from ray.exceptions import AuthenticationError
+
+    try:
+        GcsClient(address=address, cluster_id=None)
+    except AuthenticationError as exc:
+        return str(exc) or type(exc).__name__
+    except Exception:  # noqa: BLE001 (ray.init meets it again and reports it)
+        return None
+    return None
 
 
 def bootstrap_address() -> str | None:

@@ -83,6 +83,19 @@ def ui_command(tracking_uri: str, *, host: str = "127.0.0.1", port: int = 5000,
     return cmd
 
 
+#: MLflow's GenAI job runner (judges, trace roll-ups; ``mlflow.server.jobs``), a second process
+#: importing all of MLflow beside the server: nothing of a training study uses it, and without
+#: it the server answers in about 60% of the time (11.7 s against 20.2 s on a loaded 2-core
+#: machine). A value already in the environment is kept.
+JOB_EXECUTION = ("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+
+
+def ui_env() -> dict[str, str]:
+    """The environment of ``mlflow server``: this process's, `JOB_EXECUTION` off unless set."""
+    name, value = JOB_EXECUTION
+    return {name: value, **os.environ}
+
+
 def start_ui(
     tracking_uri: str,
     *,
@@ -93,6 +106,8 @@ def start_ui(
     read_only: bool = False,
 ) -> subprocess.Popen:
     """Start the MLflow UI for a store in its own process group and wait until it answers.
+
+    MLflow's job runner stays off (`JOB_EXECUTION`).
 
     Args:
         tracking_uri: Store to serve.
@@ -114,6 +129,7 @@ def start_ui(
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        env=ui_env(),
     )
     url = f"http://{host}:{port}/health"
     deadline = time.monotonic() + timeout_s

@@ -29,13 +29,27 @@ def objective(theta, log_n, log_d, log_loss, delta):
     """Summed Huber loss of one ``theta = (a, b, e, alpha, beta)`` and its gradient (scipy)."""
     a, b, e, alpha, beta = theta
     terms = np.stack([a - alpha * log_n, b - beta * log_d, np.full_like(log_n, e)])
-    r = logsumexp(terms, axis=0) - log_loss
+    lse = _logsumexp(terms)
+    r = lse - log_loss
     # Gradient of sum(huber(delta, r)) by the chain rule through the log-sum-exp.
-    w = np.exp(terms - logsumexp(terms, axis=0))
+    w = np.exp(terms - lse)
     dr = np.clip(r, -delta, delta)
     grad = np.array([np.sum(dr * w[0]), np.sum(dr * w[1]), np.sum(dr * w[2]),
                      -np.sum(dr * w[0] * log_n), -np.sum(dr * w[1] * log_d)])
     return float(np.sum(huber(delta, r))), grad
+
+
+def _logsumexp(terms):
+    """``log(sum(exp(terms), axis=0))``, shifted by the column maxima so that no exp overflows.
+
+    The same as ``scipy.special.logsumexp(terms, axis=0)`` to rounding, at a tenth of its cost
+    on these small arrays (its array-API dispatch dominates; scipy's L-BFGS-B calls this once
+    per evaluation); scipy's handles a column with an infinite maximum.
+    """
+    top = terms.max(axis=0)
+    if not np.isfinite(top).all():
+        return logsumexp(terms, axis=0)
+    return top + np.log(np.exp(terms - top).sum(axis=0))
 
 
 def batched_objective(theta, log_n, log_d, log_loss, delta, weights=None):

@@ -12,7 +12,7 @@ import socket
 
 import ray
 
-from sweep.adapters.ray import bootstrap_address
+from sweep.adapters.ray import bootstrap_address, refused_by_gcs
 from sweep.errors import InputError
 from sweep.spec import StudySpec
 
@@ -30,11 +30,20 @@ def init_ray(address: str | None = None, *, env_vars: dict[str, str] | None = No
             ``RAY_ADDRESS``, else a local instance (all CPUs, bound to 127.0.0.1, no dashboard).
         env_vars: Variables a cluster's workers need (the job's ``runtime_env``); a local
             instance's workers inherit this process's environment instead.
+
+    Raises:
+        ConnectionError: The cluster refused this process's token (`refused_by_gcs`: at once),
+            or Ray could not connect.
     """
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
+        gcs = bootstrap_address() if address == "auto" else address
+        refused = None if gcs in (None, "local") or gcs.startswith("ray://") else \
+            refused_by_gcs(gcs)
+        if refused is not None:  # at once, where ray.init would retry for 20 s
+            raise ConnectionError(f"the cluster refused this process: {refused}")
         runtime_env = {"env_vars": dict(env_vars)} if env_vars else None
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
                  runtime_env=runtime_env)

@@ -46,9 +46,9 @@ def spec_file(tmp_path, executor="ray"):
     return path
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def head_node():
-    """``ray start --head --block`` on 127.0.0.1, with token authentication.
+    """``ray start --head --block`` on 127.0.0.1, with token authentication, for the module.
 
     Yields ``(address, env)``: ``env`` holds ``RAY_AUTH_MODE=token`` and the cluster's token,
     as a user's shell would. Ray reads them when it is imported, so the study runs in its own
@@ -123,6 +123,8 @@ def test_cluster_that_refuses_the_token_exits_2_and_writes_nothing(head_node, tm
     text = " ".join(result.stderr.split())
     assert f"--address {address}: Ray could not connect" in text
     assert "RAY_AUTH_MODE=token" in text and "Traceback" not in text
+    # Told by the cluster's first refusal (`refused_by_gcs`), not after ray.init's 20 retries.
+    assert "the cluster refused this process" in text and "InvalidAuthToken" in text
     assert not out.exists()
 
 

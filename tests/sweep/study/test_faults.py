@@ -396,7 +396,7 @@ def test_tracking_server_down_for_a_while_keeps_the_trial_and_pauses_the_study(
 def test_tracking_server_down_too_long_stops_with_one_line_then_syncs_and_resumes(
         tmp_path, stoppable_server):
     server = stoppable_server
-    spec = server_study(tmp_path, server.url, fault_wait_s=10)
+    spec = server_study(tmp_path, server.url, fault_wait_s=3)  # one retry, 3 s after the fault
     proc = start_fast_failing(tmp_path, spec)
     wait_mid_trial(tmp_path, proc, n_finished=2)
     server.stop()

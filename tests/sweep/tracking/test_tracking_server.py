@@ -5,6 +5,7 @@ metrics and the parent's artifacts (proxied by the server) must all get there. A
 does not answer is a bad address: exit 2 at once, nothing written, not minutes of retries.
 """
 
+from pathlib import Path
 
 import pytest
 import yaml
@@ -176,3 +177,30 @@ def test_json_summary_is_the_only_stdout_with_a_tracking_server(server, tmp_path
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)  # no "View run ..." lines from MLflow around it
     assert summary["study"] == "json-over-http" and summary["counts"]["complete"] == 2
+
+
+def _processes():
+    """``(pid, parent pid, argv)`` of every live process, from /proc."""
+    found = []
+    for task in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = task.read_text().rsplit(")", 1)[1].split()
+            argv = (task.parent / "cmdline").read_bytes().decode().split("\0")
+        except (OSError, IndexError):  # gone meanwhile
+            continue
+        if fields[0] != "Z":
+            found.append((int(task.parent.name), int(fields[1]), argv))
+    return found
+
+
+@pytest.mark.server
+def test_the_server_runs_without_mlflows_job_runner(server):
+    # `mlflow server` starts uvicorn and, unless told not to, MLflow's GenAI job runner: a
+    # second process importing all of MLflow while the server starts (`start_ui` turns it off).
+    url, _ = server
+    port = url.rsplit(":", 1)[1]
+    processes = _processes()
+    (parent,) = [pid for pid, _, argv in processes
+                 if argv[1:4] == ["-m", "mlflow", "server"] and port in argv]
+    children = [argv for _, ppid, argv in processes if ppid == parent]
+    assert len(children) == 1 and "uvicorn" in children[0], children
