@@ -14,11 +14,11 @@ it; the names backed by numpy (`Corpus`, `load_corpus`, ...) are imported on fir
 (PEP 562), as `sweep.train` does for torch.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sweep.data.errors import DataError
 from sweep.data.uris import DEFAULT_CORPUS, SCHEMES, check_corpus
+from sweep.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from sweep.data.cache import INSPECT_MAX_BYTES, inspect_corpus, load_corpus
@@ -46,8 +46,4 @@ __all__ = [
     "unigram_entropy",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -18,8 +18,7 @@ MLflow; ``sweep analyze scaling`` refuses bad input before either is loaded.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from sweep.lazy import lazy_getattr
 
 _LAZY = {
     "Allocation": "sweep.scaling.allocation",
@@ -50,8 +49,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -74,14 +74,14 @@ class Note:
     evidence: str
     fix: str
 
+    def as_dict(self) -> dict[str, str]:
+        """The note's fields and ``text``, for JSON."""
+        return {**asdict(self), "text": self.text}
+
     @property
     def text(self) -> str:
         """The note as one line: cause, evidence, fix."""
         return f"{self.cause}: {self.evidence}. Fix: {self.fix}"
-
-    def as_dict(self) -> dict[str, str]:
-        """The note's fields and ``text``, for JSON."""
-        return {**asdict(self), "text": self.text}
 
 
 def law_fit(report: ScalingReport) -> str | None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from sweep.scaling.diagnostics import LAW_FITS, Note, data_notes, law_notes
 from sweep.scaling.influence import influence_notes
 from sweep.scaling.isoflop_bias import isoflop_notes, parted
+from sweep.scaling.report import OptimalRow
 from sweep.scaling.runs import LOSS
 from sweep.schema import METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, METRIC_N_TOKENS
 
@@ -52,28 +53,17 @@ _WHY = {
 
 
 @dataclass(frozen=True)
-class VerdictRow:
-    """The recommended compute-optimal model at one budget.
+class VerdictRow(OptimalRow):
+    """The recommended compute-optimal model at one budget, with approach 2 beside it.
+
+    An `OptimalRow` of the verdict's approach, its intervals at the verdict's level.
 
     Attributes:
-        budget_flops: The budget C, FLOPs (C = 6ND).
-        n_params: N_opt, parameters.
-        n_tokens: D_opt, tokens.
-        loss: The predicted loss, nats/token (nan when the approach predicts none).
-        intervals: ``(lo, hi)`` of ``n_params``, ``n_tokens``, ``loss`` at the verdict's level
-            (those the bootstrap gives).
-        extrapolated: Whether C lies beyond the largest budget fitted.
         cross_check: Approach 2's N_opt at C (nan without approach 2).
         cross_interval: Its interval, or None.
         parted: Whether the two differ beyond their intervals.
     """
 
-    budget_flops: float
-    n_params: float
-    n_tokens: float
-    loss: float
-    intervals: dict[str, tuple[float, float]]
-    extrapolated: bool
     cross_check: float = math.nan
     cross_interval: tuple[float, float] | None = None
     parted: bool = False

@@ -8,9 +8,7 @@ build and check thousands of configs cheaply; the torch-backed names (`Trainer`,
 ...) are imported on first use (PEP 562), as Ray Tune's ``tune.search`` does for its backends.
 """
 
-import importlib
-from typing import Any
-
+from sweep.lazy import lazy_getattr
 from sweep.train.config import (
     BUDGET_FIELDS,
     LIVE_HPARAMS,
@@ -48,8 +46,4 @@ __all__ = [
     "run_trial",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
