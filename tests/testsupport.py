@@ -81,3 +81,42 @@ def n_opt(c, p=CHINCHILLA):
     """The law's compute-optimal N at ``c`` FLOPs (Hoffmann et al. 2022 eq. 4, C = 6ND)."""
     a, b = p["alpha"], p["beta"]
     return (a * p["A"] / (b * p["B"])) ** (1 / (a + b)) * (c / 6) ** (b / (a + b))
+
+
+def fault_study_spec(tmp_path, name, *, n_trials=6, **sections):
+    """Write ``spec.yaml``: a 6-trial random search of tiny models, each trial 50,000 tokens.
+
+    Long enough trials for a fault to land mid-trial; ``sections`` update the spec's top-level
+    sections (``search={...}`` is merged into the search section, others replace theirs).
+    """
+    import yaml
+
+    spec = {
+        "name": name,
+        "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=200000",
+        "model": {"vocab_size": 16, "seq_len": 32, "n_layers": 1, "n_heads": 2,
+                  "d_model": {"int": [32, 64], "step": 8}},
+        "train": {"tokens": 50000, "batch_size": 8, "lr": {"float": [1e-3, 1e-2], "log": True},
+                  "eval_tokens": 1024, "device": "cpu"},
+        "search": {"executor": "optuna", "sampler": "random", "pruner": "none",
+                   "n_trials": n_trials, "seed": 0, **sections.pop("search", {})},
+        **sections,
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def journal_trials(out_dir, name):
+    """The Optuna trials of study ``name`` in ``out_dir``'s journal; [] before it exists."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    journal = out_dir / "optuna.journal"
+    if not journal.is_file():
+        return []
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    try:
+        return optuna.load_study(study_name=name, storage=storage).get_trials()
+    except KeyError:
+        return []

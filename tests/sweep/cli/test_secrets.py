@@ -15,12 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-import optuna
 import pytest
 import yaml
 from mlflow import MlflowClient
-from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import TrialState as OptunaState
+from testsupport import fault_study_spec, journal_trials
 
 from sweep import redact as redact_module
 from sweep.redact import redact, remember, shown_uri
@@ -32,32 +31,11 @@ ENV_SECRET = "EnvOnly-Pw_77"
 
 
 def _spec(tmp_path, url):
-    spec = {
-        "name": NAME,
-        "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=200000",
-        "model": {"vocab_size": 16, "seq_len": 32, "n_layers": 1, "n_heads": 2,
-                  "d_model": {"int": [32, 64], "step": 8}},
-        "train": {"tokens": 50000, "batch_size": 8, "lr": {"float": [1e-3, 1e-2], "log": True},
-                  "eval_tokens": 1024, "device": "cpu"},
-        "search": {"executor": "optuna", "sampler": "random", "pruner": "none", "n_trials": 6,
-                   "seed": 0, "fault_wait_s": 10},
-        "tracking": {"uri": url},
-    }
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+    return fault_study_spec(tmp_path, NAME, search={"fault_wait_s": 10}, tracking={"uri": url})
 
 
 def _finished(tmp_path):
-    journal = tmp_path / "out" / "optuna.journal"
-    if not journal.is_file():
-        return 0
-    storage = JournalStorage(JournalFileBackend(str(journal)))
-    try:
-        trials = optuna.load_study(study_name=NAME, storage=storage).get_trials()
-    except KeyError:
-        return 0
-    return sum(t.state == OptunaState.COMPLETE for t in trials)
+    return sum(t.state == OptunaState.COMPLETE for t in journal_trials(tmp_path / "out", NAME))
 
 
 def _wait_for(tmp_path, proc, n_finished, timeout=240):

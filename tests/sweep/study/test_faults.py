@@ -12,12 +12,11 @@ import sys
 import time
 from pathlib import Path
 
-import optuna
 import pytest
 import yaml
 from mlflow import MlflowClient
-from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import TrialState as OptunaState
+from testsupport import fault_study_spec, journal_trials
 
 from sweep.folder import StudyFolder
 from sweep.schema import (
@@ -46,19 +45,7 @@ def store(tmp_path, new_store):
 
 
 def write_spec(tmp_path, n_trials=6, parallel=1):
-    spec = {
-        "name": NAME,
-        "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=200000",
-        "model": {"vocab_size": 16, "seq_len": 32, "n_layers": 1, "n_heads": 2,
-                  "d_model": {"int": [32, 64], "step": 8}},
-        "train": {"tokens": 50000, "batch_size": 8, "lr": {"float": [1e-3, 1e-2], "log": True},
-                  "eval_tokens": 1024, "device": "cpu"},
-        "search": {"executor": "optuna", "sampler": "random", "pruner": "none",
-                   "n_trials": n_trials, "parallel": parallel, "seed": 0},
-    }
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+    return fault_study_spec(tmp_path, NAME, n_trials=n_trials, search={"parallel": parallel})
 
 
 def start(tmp_path, spec):
@@ -70,14 +57,7 @@ def start(tmp_path, spec):
 
 
 def optuna_trials(tmp_path):
-    journal = tmp_path / "out" / "optuna.journal"
-    if not journal.is_file():
-        return []
-    storage = JournalStorage(JournalFileBackend(str(journal)))
-    try:
-        return optuna.load_study(study_name=NAME, storage=storage).get_trials()
-    except KeyError:
-        return []
+    return journal_trials(tmp_path / "out", NAME)
 
 
 def mlflow_runs(tmp_path):
