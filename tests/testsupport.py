@@ -120,3 +120,50 @@ def journal_trials(out_dir, name):
         return optuna.load_study(study_name=name, storage=storage).get_trials()
     except KeyError:
         return []
+
+
+def tiny_spec(name, **sections):
+    """The smallest valid study spec (one 2-step trial of a 1-layer model on synthetic data), as
+    a dict; each of ``sections`` is merged into the base's section (dicts) or replaces it."""
+    spec = {
+        "name": name,
+        "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=20000",
+        "model": {"vocab_size": 16, "seq_len": 8, "d_model": 16, "n_heads": 2, "n_layers": 1},
+        "train": {"steps": 2, "batch_size": 2, "eval_tokens": 8, "device": "cpu"},
+        "search": {"executor": "optuna", "sampler": "random", "pruner": "none", "n_trials": 1},
+    }
+    for key, value in sections.items():
+        spec[key] = {**spec.get(key, {}), **value} if isinstance(value, dict) else value
+    return spec
+
+
+def cli_probe(heavy):
+    """A ``python -c`` script: run ``sweep ARGS...`` in-process, then print one JSON line with
+    the exit code and which of the modules ``heavy`` got imported."""
+    return f"""
+import json, runpy, sys
+sys.argv = ["sweep", *sys.argv[1:]]
+code = None
+try:
+    runpy.run_module("sweep.cli", run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+loaded = sorted(m for m in {tuple(heavy)!r} if m in sys.modules)
+print(json.dumps({{"code": code, "loaded": loaded}}))
+"""
+
+
+def start_study(tmp_path, spec, *flags):
+    """``sweep run SPEC --out tmp_path/out --quiet FLAGS`` as a child process (pipes, text), with
+    this checkout on its path and one OpenMP thread."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "sweep.cli", "run", str(spec), "--out", str(tmp_path / "out"),
+         "--quiet", *flags], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)

@@ -7,23 +7,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from testsupport import tiny_spec
 from typer.testing import CliRunner
 
 from sweep.cli import app
 
-BASE = {
-    "name": "refusals",
-    "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=20000",
-    "model": {"vocab_size": 16, "seq_len": 8, "d_model": 16, "n_heads": 2, "n_layers": 1},
-    "train": {"steps": 2, "batch_size": 2, "eval_tokens": 8, "device": "cpu"},
-    "search": {"executor": "optuna", "sampler": "random", "pruner": "none", "n_trials": 1},
-}
-
 
 def spec_file(tmp_path, **sections):
-    data = {**BASE}
-    for key, value in sections.items():
-        data[key] = {**BASE[key], **value} if isinstance(BASE.get(key), dict) else value
+    data = tiny_spec("refusals", **sections)
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -221,7 +212,7 @@ def test_a_corpus_with_more_token_ids_than_model_vocab_size_is_refused(tmp_path,
         path = spec_file(tmp_path, data=uri, model={"vocab_size": {"choice": [256, 512]}})
         largest = 512
     else:
-        uri, n, largest = BASE["data"], 16, 8
+        uri, n, largest = tiny_spec("refusals")["data"], 16, 8
         path = spec_file(tmp_path, model={"vocab_size": 8})
     args = ["validate", path] if command == "validate" else run_args(path, tmp_path)
     text = refused(tmp_path, *args)

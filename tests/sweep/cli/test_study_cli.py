@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from testsupport import cli_probe, tiny_spec
 from typer.testing import CliRunner
 
 import sweep.study.preflight as preflight_module
@@ -19,16 +20,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def spec_dict(**sections):
-    base = {
-        "name": "cli-study",
-        "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=20000",
-        "model": {"vocab_size": 16, "seq_len": 8, "d_model": 16, "n_heads": 2, "n_layers": 1},
-        "train": {"steps": 2, "batch_size": 2, "eval_tokens": 8, "device": "cpu"},
-        "search": {"executor": "optuna", "sampler": "random", "pruner": "none", "n_trials": 1},
-    }
-    for key, value in sections.items():
-        base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
-    return base
+    return tiny_spec("cli-study", **sections)
 
 
 def write_spec(tmp_path, data):
@@ -43,17 +35,7 @@ def invoke(*args, **kwargs):
 
 
 # ------------------------------------------------------------- refused before heavy imports
-_PROBE = """
-import json, runpy, sys
-sys.argv = ["sweep", *sys.argv[1:]]
-code = None
-try:
-    runpy.run_module("sweep.cli", run_name="__main__")
-except SystemExit as exc:
-    code = exc.code
-heavy = ("torch", "mlflow", "optuna")
-print(json.dumps({"code": code, "loaded": sorted(m for m in heavy if m in sys.modules)}))
-"""
+_PROBE = cli_probe(("torch", "mlflow", "optuna"))
 
 
 @pytest.mark.parametrize("command", ["run", "validate", "worker"])

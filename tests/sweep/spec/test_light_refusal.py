@@ -9,18 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from testsupport import free_port
+from testsupport import cli_probe, free_port, tiny_spec
 
 ROOT = Path(__file__).resolve().parents[3]
 HEAVY = ("torch", "mlflow", "optuna", "scipy", "pandas", "datasketch", "numpy")
 
-GOOD = {
-    "name": "light",
-    "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=20000",
-    "model": {"vocab_size": 16, "seq_len": 8, "d_model": 16, "n_heads": 2, "n_layers": 1},
-    "train": {"steps": 2, "batch_size": 2, "eval_tokens": 8, "device": "cpu"},
-    "search": {"executor": "optuna", "sampler": "random", "pruner": "none", "n_trials": 1},
-}
+GOOD = tiny_spec("light")
 
 _LOAD = """
 import json, sys
@@ -33,16 +27,7 @@ except SpecError:
 print(json.dumps({"code": code, "loaded": sorted(m for m in HEAVY if m in sys.modules)}))
 """
 
-_CLI = """
-import json, runpy, sys
-sys.argv = ["sweep", *sys.argv[1:]]
-code = None
-try:
-    runpy.run_module("sweep.cli", run_name="__main__")
-except SystemExit as exc:
-    code = exc.code
-print(json.dumps({"code": code, "loaded": sorted(m for m in HEAVY if m in sys.modules)}))
-"""
+_CLI = cli_probe(HEAVY)
 
 
 def _bad_specs(tmp_path):

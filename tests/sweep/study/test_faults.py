@@ -16,7 +16,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 from optuna.trial import TrialState as OptunaState
-from testsupport import fault_study_spec, journal_trials
+from testsupport import fault_study_spec, journal_trials, start_study
 
 from sweep.folder import StudyFolder
 from sweep.schema import (
@@ -49,11 +49,7 @@ def write_spec(tmp_path, n_trials=6, parallel=1):
 
 
 def start(tmp_path, spec):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "sweep.cli", "run", str(spec), "--out", str(tmp_path / "out"),
-         "--quiet"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+    return start_study(tmp_path, spec)
 
 
 def optuna_trials(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState as OptunaState
-from testsupport import fault_study_spec, journal_trials
+from testsupport import fault_study_spec, journal_trials, start_study
 
 from sweep.schema import ATTR_PROGRESS, ATTR_STATE
 from sweep.study.lock import DriverRunningError, driver_lock
@@ -57,10 +57,7 @@ def write_spec(tmp_path, n_trials):
 
 
 def start(tmp_path, spec):
-    return subprocess.Popen(
-        [sys.executable, "-m", "sweep.cli", "run", str(spec), "--out", str(tmp_path / "out"),
-         "--quiet"], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+    return start_study(tmp_path, spec)
 
 
 def optuna_trials(tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from testsupport import tiny_spec
 from typer.testing import CliRunner
 
 from sweep.cli import app
@@ -17,16 +18,7 @@ from sweep.study.stores import sqlite_file
 
 
 def spec_dict(**sections):
-    base = {
-        "name": "stores",
-        "data": "synthetic:markov?order=1&vocab=16&seed=0&tokens=20000",
-        "model": {"vocab_size": 16, "seq_len": 8, "d_model": 16, "n_heads": 2, "n_layers": 1},
-        "train": {"steps": 2, "batch_size": 2, "eval_tokens": 8, "device": "cpu"},
-        "search": {"executor": "optuna", "sampler": "random", "pruner": "none", "n_trials": 1},
-    }
-    for key, value in sections.items():
-        base[key] = {**base.get(key, {}), **value}
-    return base
+    return tiny_spec("stores", **sections)
 
 
 def user_db(path: Path) -> Path:
