@@ -115,8 +115,6 @@ def _quiet_tune():
     Ray's newer console output prints an experiment banner at any verbosity; its classic
     reporter with ``verbose=0`` prints nothing.
     """
-    old = os.environ.get("RAY_AIR_NEW_OUTPUT")
-    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
     logger = logging.getLogger("ray.tune")
     # Its results table warns of every trial without results (stopped before its first report);
     # MLflow has each trial's state.
@@ -125,7 +123,7 @@ def _quiet_tune():
     logger.setLevel(logging.WARNING)
     analysis.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings():
+        with _environment({"RAY_AIR_NEW_OUTPUT": "0"}), warnings.catch_warnings():
             # Actor reuse would restart a PBT member's thread in place; Ray cannot stop a
             # function trainable's thread, so members restart in fresh actors.
             warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
@@ -136,10 +134,6 @@ def _quiet_tune():
     finally:
         logger.setLevel(level)
         analysis.setLevel(analysis_level)
-        if old is None:
-            os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
-        else:
-            os.environ["RAY_AIR_NEW_OUTPUT"] = old
 
 
 #: Seconds to wait, after an interrupt, for the worker processes of trials still RUNNING to exit
@@ -172,22 +166,13 @@ def _interrupts(stop: _Interrupt):
     Tune's own SIGINT handler is turned off (``TUNE_DISABLE_SIGINT_HANDLER``): it ends the
     experiment as if it had finished. Handlers only in the main thread; restored on exit.
     """
-    old_env = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
-    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
-
     def handler(signum: int, frame: Any) -> None:
         if stop.signal is not None:
             raise stop.error()
         stop.signal = signal.Signals(signum).name
 
-    try:
-        with signal_handlers(handler):
-            yield stop
-    finally:
-        if old_env is None:
-            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
-        else:
-            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = old_env
+    with _environment({"TUNE_DISABLE_SIGINT_HANDLER": "1"}), signal_handlers(handler):
+        yield stop
 
 
 def _end_interrupted(ctx: StudyContext, offset: int, reason: str,
@@ -264,7 +249,7 @@ def _without_credentials(ctx: StudyContext) -> tuple[StudyContext, dict[str, str
 
 @contextlib.contextmanager
 def _environment(values: dict[str, str]) -> Iterator[None]:
-    """Set ``values`` in ``os.environ`` (inherited by a local Ray's workers), then restore."""
+    """Set ``values`` in ``os.environ`` (read by Tune, inherited by a local Ray), then restore."""
     old = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:
