@@ -20,6 +20,7 @@ from sweep_models.cost import (
     non_embedding_param_count,
     param_count,
 )
+from sweep_models.cost.params import role_param_counts
 
 aten = torch.ops.aten
 
@@ -46,6 +47,12 @@ def test_param_count_matches_built_module(norm, position, activation, pos, tie, 
     head = set() if tie else {model.lm_head.weight}
     body = sum(p.numel() for p in model.parameters() if p not in lookup | head)
     assert non_embedding_param_count(cfg) == body
+    by_role = {}
+    for _, p, role in model.param_roles():
+        role = "hidden" if role == "hidden_out" else role  # they share their multipliers
+        by_role[role] = by_role.get(role, 0) + p.numel()
+    counts = {role: n for role, n in role_param_counts(cfg).items() if n}
+    assert counts == by_role
 
 
 @pytest.mark.parametrize("name,total", [

@@ -31,14 +31,16 @@ The loss: the (B*T, V) logits (held by the caller), the log-softmax cross-entrop
 the start of backward the gradient of the log-softmax and of the logits: 16 bytes per logit in
 fp32 (under autocast: 2 + 4 + 4 + 4). For small models this dominates.
 
-The peak (``total``) is the largest of three moments of a steady-state step (optimizer state
+The peak (``total``) is the largest of four moments of a steady-state step (optimizer state
 already allocated, gradients set to None before forward): the start of backward (weights, state,
 activations, loss); the first block's backward (activations, held logits, the output
 projection's gradient and the block's transient gradients, e.g. two (B, H, T, T) tensors on the
-math path); the optimizer step (weights, state, gradients, held logits and the update's
-temporaries: single-tensor AdamW on CPU allocates two tensors the size of the largest parameter,
-``foreach`` on CUDA one the size of all). Kernel workspaces and allocator rounding are not
-modelled.
+math path); with tied embeddings, the end of backward (every gradient, held logits, and the
+token table's lookup gradient added out of place to the output projection's: two more V x d);
+the optimizer step (weights, state, gradients, held logits and the update's
+temporaries, for the optimizer the trainer builds: ``foreach`` AdamW on CPU allocates one tensor
+the size of the parameter group it updates, ``fused`` AdamW on CUDA none). Kernel workspaces and
+allocator rounding are not modelled.
 """
 
 from __future__ import annotations
@@ -46,8 +48,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal, get_args
 
+from sweep_models import parametrization
 from sweep_models.config import ModelConfig
-from sweep_models.cost.params import block_linear_params, param_count, position_rows, qkv_width
+from sweep_models.cost.params import (
+    block_linear_params,
+    param_count,
+    position_rows,
+    qkv_width,
+    role_param_counts,
+)
 from sweep_models.errors import required
 
 __all__ = [
@@ -63,6 +72,7 @@ __all__ = [
     "Optimizer",
     "TrainingStep",
     "block_terms",
+    "largest_update_group",
     "resolve_backend",
     "step_memory",
     "training_memory",
@@ -321,6 +331,42 @@ def _largest_param(config: ModelConfig) -> int:
                position_rows(config) * d if config.pos_encoding == "learned" else 0)
 
 
+# The roles AdamW decays: every nn.Linear weight (`sweep.train.optim.decay_groups`).
+_DECAYED_ROLES = ("readout", "hidden", "hidden_out")
+
+
+def largest_update_group(config: ModelConfig) -> int:
+    """Elements of the trainer's largest AdamW parameter group (`sweep.train.optim.param_groups`).
+
+    Groups are keyed by (decayed, lr multiplier, weight-decay multiplier) of each role
+    (`sweep_models.parametrization`): under ``sp`` the decayed matrices and the rest; muP and
+    CompleteP split them further. A ``foreach`` AdamW step allocates one temporary the size of
+    the group it updates (``torch._foreach_sqrt(exp_avg_sqs)``), one group at a time.
+    """
+    groups: dict[tuple[bool, float, float], int] = {}
+    for role, n in role_param_counts(config).items():
+        decayed = role in _DECAYED_ROLES
+        key = (decayed, parametrization.lr_mult(config, role),
+               parametrization.wd_mult(config, role) if decayed else 0.0)
+        groups[key] = groups.get(key, 0) + n
+    return max(groups.values())
+
+
+def _update_temp_bytes(config: ModelConfig, step: TrainingStep, n_params: int) -> int:
+    """The optimizer step's temporaries, as the trainer's optimizers run.
+
+    AdamW as the trainer builds it (`sweep.train.optim.build_adamw`): ``fused`` on CUDA, in
+    place; ``foreach`` on CPU, one temporary per parameter group (`largest_update_group`).
+    SGD as torch runs it by default: one tensor at a time on CPU (its decayed gradient),
+    ``foreach`` on CUDA (one temporary for every parameter).
+    """
+    if step.optimizer == "adamw":
+        return 0 if step.device == "cuda" else FP32_BYTES * largest_update_group(config)
+    if step.device == "cpu":
+        return FP32_BYTES * _largest_param(config)
+    return FP32_BYTES * n_params
+
+
 def step_memory(config: ModelConfig, step: TrainingStep, *, saved: int, backward: int,
                 logit_tokens: int) -> MemoryEstimate:
     """The memory of a steady-state step from what a model's forward pass saves.
@@ -358,19 +404,17 @@ def step_memory(config: ModelConfig, step: TrainingStep, *, saved: int, backward
     loss_bytes = (step.matmul_bytes + 3 * FP32_BYTES) * logit_tokens * v
     held_logit_bytes = step.matmul_bytes * logit_tokens * v
 
-    if step.device == "cpu":
-        # single-tensor updates, one parameter at a time: AdamW's sqrt(exp_avg_sq) and its
-        # quotient by the bias correction, SGD's decayed gradient
-        n_temps = 2 if step.optimizer == "adamw" else 1
-        step_temp_bytes = n_temps * FP32_BYTES * _largest_param(config)
-    else:
-        step_temp_bytes = FP32_BYTES * n_params  # foreach: one temporary for every parameter
+    step_temp_bytes = _update_temp_bytes(config, step, n_params)
     start_of_backward = activation_bytes + loss_bytes
     first_block_backward = activation_bytes + held_logit_bytes + FP32_BYTES * v * d + backward
+    # A tied token table's two gradients, the output projection's and the lookup's (dense),
+    # summed out of place at the end of backward.
+    tied_table_sum = (grad_bytes + held_logit_bytes + 2 * FP32_BYTES * v * d
+                      if config.tie_embeddings else 0)
     optimizer_step = (grad_bytes + held_logit_bytes
                       + 2 * INT64_BYTES * step.batch_size * step.seq_len + step_temp_bytes)
     total = weight_bytes + optimizer_bytes + max(start_of_backward, first_block_backward,
-                                                 optimizer_step)
+                                                 tied_table_sum, optimizer_step)
     return MemoryEstimate(
         weights=int(weight_bytes), grads=int(grad_bytes), optimizer=int(optimizer_bytes),
         activations=int(activation_bytes), logits=int(loss_bytes), total=int(total),

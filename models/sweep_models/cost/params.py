@@ -41,6 +41,7 @@ __all__ = [
     "norm_params",
     "param_count",
     "qkv_width",
+    "role_param_counts",
     "stack_depths",
 ]
 
@@ -179,3 +180,32 @@ def dense_convention_params(config: ModelConfig) -> int:
     if not config.tie_embeddings:
         n -= config.vocab_size * config.d_model
     return n
+
+
+def role_param_counts(config: ModelConfig) -> dict[str, int]:
+    """Parameters of each role of `sweep_models.parametrization.ROLES`, summing to `param_count`.
+
+    The roles of `sweep_models.blocks.LanguageModel.param_roles`: ``embedding`` (token table,
+    learned positions; a tied output projection counted here once), ``readout`` (an untied
+    output projection), ``final_norm``, ``hidden`` (every block matrix, ``hidden_out`` included:
+    they share their multipliers) and ``hidden_vector`` (the blocks' biases and norms).
+    """
+    d, v = config.d_model, config.vocab_size
+    embedding = v * d + (position_rows(config) * d if config.pos_encoding == "learned" else 0)
+    matrices = block_matmul_params(config)
+    if config.arch == "encoder_decoder":
+        n_enc, n_dec = stack_depths(config)
+        hidden = (n_enc + n_dec) * matrices + n_dec * (2 * d * d + 2 * d * config.d_kv)
+        n_final_norms = 2
+    else:
+        hidden = config.n_layers * matrices
+        n_final_norms = 1
+    counts = {
+        "embedding": embedding,
+        "readout": 0 if config.tie_embeddings else v * d,
+        "final_norm": n_final_norms * norm_params(config) if config.norm_position == "pre" else 0,
+        "hidden": hidden,
+        "hidden_out": 0,
+    }
+    counts["hidden_vector"] = param_count(config) - sum(counts.values())
+    return counts
