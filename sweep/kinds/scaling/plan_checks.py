@@ -63,17 +63,18 @@ def bracket_warning(spec: StudySpec, lay: BudgetLayout, family_n: tuple[int, int
     outer = lay.points[0] if below else lay.points[-1]
     if (n_star <= edge) if below else (n_star >= edge):
         where = f"at or {'below the smallest' if below else 'above the largest'} size it trains"
+        so = "cannot bracket its optimum and approach 2 extrapolates its vertex"
     else:
         where = (f"at the {'low' if below else 'high'} edge of its sizes (only "
                  f"{outer.candidate.shape.label}, N={edge:,}, lies {'below' if below else 'above'}"
                  " it)")
+        so = "barely brackets its optimum and one size fixes that side of approach 2's parabola"
     reach = f"the size rule makes N from {family_n[0]:,} to {family_n[1]:,}"
     if lay.trainable_n is not None and lay.trainable_n != family_n:
         reach += f", {lay.trainable_n[0]:,} to {lay.trainable_n[1]:,} at this budget"
     return (f"C={lay.budget_flops:.4g}: N_opt {n_star:,.0f} ({lay.centre_source}) is {where}; "
             f"its sizes run from {sizes[0]:,} to {sizes[-1]:,} and {reach}, so this budget "
-            "cannot bracket its optimum and approach 2 extrapolates its vertex. Fix: "
-            + _bracket_fix(spec, lay, family_n, below))
+            f"{so}. Fix: " + _bracket_fix(spec, lay, family_n, below))
 
 
 def _bracket_fix(spec: StudySpec, lay: BudgetLayout, family_n: tuple[int, int],
@@ -151,7 +152,8 @@ def device_time(flops: float, train: TrainConfig, *, device: str | None, mfu: fl
 
     From the measured training FLOP/s of this study's finished trials when there are any;
     else, on a CUDA device with a datasheet peak (`sweep.train.hardware.peak_flops`), peak x
-    ``mfu``; else no estimate (a CPU has no datasheet peak), with the reason.
+    ``mfu``; else no estimate (a CPU has no datasheet peak), with the reason. ``device`` is
+    ``--device`` (None: ``train.device``).
     """
     if measured:
         return {"device": "this device", "flops_per_s": measured, "seconds": flops / measured,
@@ -159,23 +161,25 @@ def device_time(flops: float, train: TrainConfig, *, device: str | None, mfu: fl
     requested = device or train.device
     from sweep.train.cuda_probe import no_cuda_driver
 
-    no_peak = ("no datasheet peak for a CPU and no finished trials of this study to measure "
-               "one; sweep run measures it, and validate uses it once trials have finished")
+    def no_peak(name: str) -> dict[str, Any]:
+        return {"device": name, "flops_per_s": None, "seconds": None,
+                "assumes": f"no datasheet peak for {name} and no finished trials of this "
+                           "study to measure one; sweep run measures it, and validate uses it "
+                           "once trials have finished"}
+
     if requested == "cpu" or not requested.startswith(("cuda", "auto")) or no_cuda_driver():
-        return {"device": "cpu" if requested == "auto" else requested, "flops_per_s": None,
-                "seconds": None, "assumes": no_peak}
+        return no_peak("cpu" if requested == "auto" else requested)
     import torch
 
     from sweep.train import hardware
 
     dev = hardware.pick_device(requested)
     if dev.type != "cuda":
-        return {"device": dev.type, "flops_per_s": None, "seconds": None, "assumes": no_peak}
+        return no_peak(dev.type)
     name = torch.cuda.get_device_name(dev)
     peak = hardware.peak_flops(dev, hardware.autocast_dtype(train.precision, dev))
     if peak is None:
-        return {"device": name, "flops_per_s": None, "seconds": None,
-                "assumes": f"no datasheet peak known for {name} (sweep.train.peaks)"}
+        return no_peak(name)
     return {"device": name, "flops_per_s": peak * mfu, "seconds": flops / (peak * mfu),
             "assumes": f"its datasheet peak {peak / 1e12:,.4g} TFLOP/s x MFU {mfu:g} (--mfu)"}
 

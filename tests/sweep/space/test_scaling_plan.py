@@ -152,7 +152,7 @@ def test_gpu_time_is_compute_over_peak_times_mfu(tmp_path, monkeypatch, precisio
     assert gpu["seconds"] == pytest.approx(flops / (peak * 0.25), rel=1e-12)
     here = out["compute"]["this_device"]  # a CPU, no finished trials: no estimate, and why
     if here["device"] == "cpu":
-        assert here["seconds"] is None and "no datasheet peak for a CPU" in here["assumes"]
+        assert here["seconds"] is None and "no datasheet peak for cpu" in here["assumes"]
 
 
 def test_gpu_defaults_and_unknown_gpus(tmp_path, monkeypatch):
@@ -169,3 +169,16 @@ def test_gpu_defaults_and_unknown_gpus(tmp_path, monkeypatch):
         assert result.exit_code == 2
         assert expected in result.output.replace("\n", "")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_ladder_s_fix_names_the_ladder():
+    data = spec_data()
+    del data["scaling"]["rule"]
+    data["scaling"]["ladder"] = [{"d_model": 16 * i, "n_layers": 2, "n_heads": 2, "d_ff": 64 * i}
+                                 for i in (2, 3, 4, 5, 6)]
+    spec = parse_spec(data)
+    lay = grid.layout_budget(spec, 1e11)
+    assert lay.centre_n_params < lay.points[0].candidate.n_params
+    warning = bracket_warning(spec, lay, family(spec))
+    assert warning is not None and warning.endswith(
+        "Fix: add smaller shapes in scaling.ladder, or raise this budget (or drop it)")
