@@ -4,9 +4,10 @@ Two traps pass a grid that is otherwise valid:
 
 - a budget whose sizes do not bracket its optimum. Approach 2 reads N_opt off the vertex of a
   parabola in log N (Hoffmann et al. 2022, section 3.2); with every size on one side of the
-  optimum the vertex is an extrapolation, and Czech 2026 shows how off-centre sizes bias the
-  fitted exponent. `bracket_warning` fires when the centre N* lies at or beyond the geometric
-  midpoint of the two outermost sizes on one side (so that at most one size lies beyond it);
+  optimum the vertex is an extrapolation, and off-centre sizes bias the fitted exponent
+  (Czech 2026, "Problems with Chinchilla Approach 2"). `bracket_warning` fires when the
+  centre N* lies at or beyond the geometric midpoint of the two outermost sizes on one side
+  (so that at most one size lies beyond it);
 - a trial of fewer than `MIN_STEPS` optimizer steps, whose warmup and decay take most of the
   run, so its loss is not the loss of a trained model of its size (`short_run_warnings`).
 
