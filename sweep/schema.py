@@ -75,6 +75,7 @@ __all__ = [
     "METRIC_FLOPS_PER_TOKEN_TRAIN",
     "METRIC_LR",
     "METRIC_MEM_ESTIMATE",
+    "METRIC_MFU",
     "METRIC_N_PARAMS",
     "METRIC_N_PARAMS_NON_EMBEDDING",
     "METRIC_N_TOKENS",
@@ -272,6 +273,7 @@ METRIC_VAL_BPB = "val_bpb"
 METRIC_FINAL_VAL_LOSS = "final_val_loss"
 METRIC_TRAIN_FLOPS = "train_flops"
 METRIC_WALL_S = "wall_s"
+METRIC_MFU = "mfu"
 METRIC_N_PARAMS = "n_params"
 METRIC_N_PARAMS_NON_EMBEDDING = "n_params_non_embedding"
 METRIC_FLOPS_PER_TOKEN = "flops_per_token"
@@ -305,7 +307,7 @@ EVAL_METRICS = (METRIC_VAL_LOSS, METRIC_TRAIN_LOSS, METRIC_TOKENS_PER_S, METRIC_
 #: The evaluation metrics that are losses: a DIVERGED trial's end in one nan (see TrialRun.end).
 LOSS_METRICS = (METRIC_VAL_LOSS, METRIC_TRAIN_LOSS, METRIC_VAL_BPB)
 #: A trial's totals, logged once at its end.
-RESULT_METRICS = (METRIC_TOKENS, "steps", METRIC_WALL_S, METRIC_TRAIN_FLOPS, "mfu",
+RESULT_METRICS = (METRIC_TOKENS, "steps", METRIC_WALL_S, METRIC_TRAIN_FLOPS, METRIC_MFU,
                   METRIC_FINAL_VAL_LOSS)
 
 # ------------------------------------------------------------------------------- artifacts

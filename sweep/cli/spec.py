@@ -13,6 +13,7 @@ from sweep.cli.common import app, as_bad_input, bad_input
 from sweep.cli.inputs import check_study_inputs
 from sweep.folder import StudyFolder
 from sweep.schema import METRIC_BASELINE
+from sweep.train.peaks import DEFAULT_GPU, DEFAULT_MFU, PEAK_FLOPS, named_gpu
 
 if TYPE_CHECKING:
     from sweep.data import Corpus
@@ -45,15 +46,24 @@ def validate(
     samples: int = typer.Option(256, min=1, help="Random configs to price with the cost model."),
     device: str = typer.Option(None, help="Device whose memory bounds max_memory_gb (default: "
                                "the spec's train.device)."),
+    gpu: str = typer.Option(DEFAULT_GPU, help="GPU a study's compute is timed on (its datasheet "
+                            f"peak): one of {', '.join(PEAK_FLOPS)}."),
+    mfu: float = typer.Option(DEFAULT_MFU, help="Fraction of the GPU's peak a run reaches (model "
+                              "FLOPs utilisation), in (0, 1]."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Check a spec; print its corpus, search space and cost range without training anything.
 
-    Exits 2 for an invalid spec, a corpus that cannot be used (``data.uri``), or a space in
-    which no sampled config is valid and feasible.
+    A scaling study adds its grid, its training FLOPs and their wall time on this device and
+    on ``--gpu`` at ``--mfu``, and warns (exit 0; ``warnings`` in ``--json``) of a plan that
+    cannot give its answer. Exits 2 for an invalid spec, a corpus that cannot be used
+    (``data.uri``), an unknown ``--gpu``, or a space in which no sampled config is valid and
+    feasible.
     """
+    from sweep.kinds import Described
     from sweep.spec import load_spec, spec_hash
 
+    at = named_gpu(gpu, mfu)
     spec = load_spec(spec_path)
     check_study_inputs(spec, device=device)
     corpus = _inspect_corpus(spec)
@@ -61,19 +71,24 @@ def validate(
 
     summary = space.summarize(spec, n_samples=samples, device=device).to_dict()
     n_ok = summary["n_configs"] - summary["n_invalid"] - summary["n_infeasible"]
+    if not as_json:
+        _print_summary(spec, corpus, summary, n_ok)
+    described = spec.kind.describe(spec, _say, device=device, as_json=as_json, gpu=at) \
+        if n_ok else Described()
     if as_json:
         common.console.print_json(json.dumps({"name": spec.name, "spec_hash": spec_hash(spec),
                                               "search": spec.search.model_dump(mode="json"),
                                               "corpus": _corpus_record(spec, corpus),
-                                              **summary}))
+                                              **summary, **described.record,
+                                              "warnings": described.warnings}))
     else:
-        _print_summary(spec, corpus, summary, n_ok)
+        for line in described.warnings:
+            _warn(f"warning: {line}")
     if n_ok == 0:
         bad_input(f"{spec_path}: none of {summary['n_configs']} sampled configs is valid and "
                   "within the constraints; the study could never train a trial")
-    problems = spec.kind.describe(spec, _say, _warn, device=device, as_json=as_json)
-    if problems:
-        bad_input("; ".join(problems))
+    if described.problems:
+        bad_input("; ".join(described.problems))
 
 
 def _print_summary(spec: StudySpec, corpus: Corpus | None, summary: dict[str, Any],

@@ -20,12 +20,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from sweep.kinds.base import KindRun, Prepared, StudyKind
+from sweep.kinds.base import Described, KindRun, Prepared, StudyKind
 
 if TYPE_CHECKING:
     from sweep.spec.schema import StudySpec
 
-__all__ = ["KindRun", "Prepared", "StudyKind", "kind_named", "kind_of", "kinds",
+__all__ = ["Described", "KindRun", "Prepared", "StudyKind", "kind_named", "kind_of", "kinds",
            "register_kind", "unregister_kind"]
 
 #: Modules of the built-in kinds, each defining ``KIND``: those with a section of their own

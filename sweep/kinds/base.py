@@ -28,9 +28,10 @@ if TYPE_CHECKING:
 
     from sweep.spec.schema import StudySpec
     from sweep.study.trial import OpenTrial, StudyContext
+    from sweep.train.peaks import NamedGpu
     from sweep_models.config import ModelConfig
 
-__all__ = ["KindRun", "Prepared", "StudyKind"]
+__all__ = ["Described", "KindRun", "Prepared", "StudyKind"]
 
 
 @dataclass
@@ -48,6 +49,22 @@ class Prepared:
     total: int | None = None
     notes: list[str] = field(default_factory=list)
     plan: Any = None
+
+
+@dataclass
+class Described:
+    """What ``sweep validate`` found in a kind's study besides what it printed.
+
+    Attributes:
+        problems: One line per reason the study could never give its result (exit 2).
+        warnings: One line per trap the study would fall into but may run with (exit 0):
+            printed to stderr as ``warning: ...``, listed in ``--json``.
+        record: Fields the kind adds to ``sweep validate --json``'s object.
+    """
+
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    record: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -178,16 +195,18 @@ class StudyKind:
         """How many trials the study runs, as ``sweep validate``'s header says it."""
         return str(spec.search.n_trials)
 
-    def describe(self, spec: StudySpec, say: Any, warn: Any, *, device: str | None,
-                 as_json: bool) -> list[str]:
-        """What ``sweep validate`` shows of the kind (nothing with ``as_json``).
+    def describe(self, spec: StudySpec, say: Any, *, device: str | None, as_json: bool,
+                 gpu: NamedGpu) -> Described:
+        """What ``sweep validate`` shows of the kind (``say`` prints nothing with ``as_json``).
 
-        ``say`` prints a line or a rich renderable, ``warn`` a warning to stderr.
+        ``say`` prints a line or a rich renderable; ``device`` is ``--device`` (None: the
+        spec's); ``gpu`` is the named GPU and MFU a kind prices its study on (``--gpu``,
+        ``--mfu``).
 
         Returns:
-            The problems that make the spec unusable (exit 2).
+            Its problems (exit 2), warnings and ``--json`` fields (`Described`).
         """
-        return []
+        return Described()
 
     def widths(self, spec: StudySpec) -> tuple[list[int], dict[str, Any]] | None:
         """The widths the study compares, and the model fields each sets (coord-check).

@@ -1,9 +1,8 @@
 """The device a trial runs on: which one, which precision, and its datasheet peak for MFU.
 
 Model FLOPs utilisation (MFU; Chowdhery et al. 2022, "PaLM", appendix B) is the model FLOPs
-per second a run achieves divided by the device's peak. Peaks are dense (no 2:4 sparsity) tensor
-throughput from the vendors' datasheets; ``fp32`` is the non-tensor FP32 rate, since PyTorch
-does not use TF32 for matmuls unless asked to. CPUs and unlisted devices have no peak, so no MFU.
+per second a run achieves divided by the device's peak; the peaks are `sweep.train.peaks`'s
+datasheet figures. CPUs and unlisted devices have no peak, so no MFU.
 """
 
 from __future__ import annotations
@@ -11,20 +10,9 @@ from __future__ import annotations
 import torch
 
 from sweep.train.config import Precision
+from sweep.train.peaks import PEAK_FLOPS
 
 __all__ = ["PEAK_FLOPS", "autocast_dtype", "peak_flops", "pick_device"]
-
-# Substring of torch.cuda.get_device_name -> (bf16 dense, fp32) FLOP/s and the source. Order
-# matters: the first key found in the name wins ("H100 PCIe" before "H100").
-PEAK_FLOPS: dict[str, tuple[float, float, str]] = {
-    "H200": (989.4e12, 67.0e12, "NVIDIA H200 Tensor Core GPU datasheet (SXM), 2024"),
-    "H100 PCIe": (756.0e12, 51.0e12, "NVIDIA H100 Tensor Core GPU datasheet (PCIe), 2023"),
-    "H100": (989.4e12, 67.0e12, "NVIDIA H100 Tensor Core GPU datasheet (SXM), 2023"),
-    "A100": (312.0e12, 19.5e12, "NVIDIA A100 Tensor Core GPU datasheet, 2021"),
-    "L40S": (362.05e12, 91.6e12, "NVIDIA L40S datasheet, 2023"),
-    "L4": (121.0e12, 30.3e12, "NVIDIA L4 Tensor Core GPU datasheet, 2023"),
-    "A10": (125.0e12, 31.2e12, "NVIDIA A10 Tensor Core GPU datasheet, 2021"),
-}
 
 
 def pick_device(requested: str | None = "auto") -> torch.device:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sweep.kinds.base import KindRun, Prepared
+from sweep.kinds.base import Described, KindRun, Prepared
 from sweep.kinds.common import GridKind
 from sweep.kinds.scaling.rules import SCALING_OWNED_MODEL, scaling_problems, scaling_section
 from sweep.kinds.scaling.section import ScalingSpec
@@ -23,6 +23,7 @@ from sweep.spec.schema import StudySpec
 
 if TYPE_CHECKING:
     from sweep.study.trial import OpenTrial, StudyContext
+    from sweep.train.peaks import NamedGpu
     from sweep_models.config import ModelConfig
 
 __all__ = ["KIND", "ScalingKind"]
@@ -119,14 +120,14 @@ class ScalingKind(GridKind):
                         plan=corpus_train_tokens)
 
     def run(self, job: KindRun) -> tuple[Any, list[str]]:
-        from sweep.kinds.scaling.driver import layout_notes, run_budgets
+        from sweep.kinds.scaling.driver import layout_notes, plan_notes, run_budgets
 
         study, layouts = run_budgets(job, job.prepared.plan)
         # The run's end points to the analysis: the verdict, its notes and the shapes.
         analyze = f"next: sweep analyze scaling {job.ctx.out_dir} (the verdict and its notes)"
         if job.say is not None:
             job.say(analyze)
-        return study, [*layout_notes(layouts), analyze]
+        return study, [*layout_notes(layouts), *plan_notes(job.ctx.spec, layouts), analyze]
 
     def point_key(self, spec: StudySpec, params: Mapping[str, Any]) -> Hashable:
         from sweep.kinds.scaling.shapes import SCALING_POINT
@@ -143,11 +144,11 @@ class ScalingKind(GridKind):
         return {f"{len(shapes)} WSD trunk checkpoints":
                 sum(checkpoint_bytes(c.n_params) for c in shapes)}
 
-    def describe(self, spec: StudySpec, say: Any, warn: Any, *, device: str | None,
-                 as_json: bool) -> list[str]:
+    def describe(self, spec: StudySpec, say: Any, *, device: str | None, as_json: bool,
+                 gpu: NamedGpu) -> Described:
         from sweep.kinds.scaling.validate import describe_grid
 
-        return describe_grid(spec, say, warn, device=device, as_json=as_json)
+        return describe_grid(spec, say, device=device, as_json=as_json, gpu=gpu)
 
 
 

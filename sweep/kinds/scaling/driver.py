@@ -10,7 +10,8 @@ study. A resumed study skips the points whose trials already ended (any final st
 re-centres from the same stored results, so it lays out the same grid again.
 
 The grid as laid out, dropped shapes and their reasons included, goes to the parent run as
-``scaling_grid.csv`` and is printed unless quiet.
+``scaling_grid.csv`` and is printed unless quiet, with the plan's warnings for each budget as
+laid out (`sweep.kinds.scaling.plan_checks`: a re-centred optimum its sizes cannot bracket).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from sweep.kinds.base import KindRun
 from sweep.kinds.common import run_points
 from sweep.kinds.scaling import layout as grid
+from sweep.kinds.scaling.plan_checks import plan_warnings
 from sweep.kinds.scaling.rules import scaling_section
 from sweep.kinds.scaling.shapes import SCALING_POINT, candidates
 from sweep.schema import (
@@ -34,7 +36,7 @@ from sweep.schema import (
     TrialState,
 )
 
-__all__ = ["grid_csv", "layout_notes", "run_budgets"]
+__all__ = ["grid_csv", "layout_notes", "plan_notes", "run_budgets"]
 
 
 def _optimum(trials: list[dict[str, Any]], budget: float) -> float | None:
@@ -78,6 +80,7 @@ def run_budgets(job: KindRun, corpus_train_tokens: int | None) -> Any:
     spec = ctx.spec
     section = scaling_section(spec)
     cands = candidates(spec)
+    family = (cands[0].n_params, cands[-1].n_params)
     optima: list[tuple[float, float]] = []
     layouts: list[grid.BudgetLayout] = []
     study = None
@@ -92,7 +95,7 @@ def run_budgets(job: KindRun, corpus_train_tokens: int | None) -> Any:
                                  device=ctx.device)
         layouts.append(lay)
         if say is not None:
-            _say_layout(lay, say)
+            _say_layout(lay, say, plan_warnings(spec, [lay], family))
         ran = run_points(job, ({SCALING_POINT: p.label} for p in lay.points), held)
         if ran is not None:
             study = ran
@@ -104,7 +107,7 @@ def run_budgets(job: KindRun, corpus_train_tokens: int | None) -> Any:
     return study, layouts
 
 
-def _say_layout(lay: grid.BudgetLayout, say: Any) -> None:
+def _say_layout(lay: grid.BudgetLayout, say: Any, warnings: list[str]) -> None:
     say(f"C={lay.budget_flops:.3g}: {len(lay.points)} sizes around N*={lay.centre_n_params:,.0f} "
         f"({lay.centre_source})")
     for label, reason in lay.dropped:
@@ -112,6 +115,8 @@ def _say_layout(lay: grid.BudgetLayout, say: Any) -> None:
     if len(lay.points) < 3:
         say(f"  warning: C={lay.budget_flops:.3g} has {len(lay.points)} sizes after "
             "re-centring; its IsoFLOP curve cannot be fitted")
+    for line in warnings:
+        say(f"  warning: {line}")
 
 
 def layout_notes(layouts: list[grid.BudgetLayout]) -> list[str]:
@@ -124,3 +129,14 @@ def layout_notes(layouts: list[grid.BudgetLayout]) -> list[str]:
             notes.append(f"C={lay.budget_flops:.4g}: {len(lay.points)} sizes; its IsoFLOP curve "
                          "cannot be fitted")
     return notes
+
+
+def plan_notes(spec: Any, layouts: list[grid.BudgetLayout]) -> list[str]:
+    """The plan's warnings for the budgets as run, each as ``warning: ...``.
+
+    Sizes that cannot bracket a budget's (re-centred) optimum and trials of too few optimizer
+    steps (`sweep.kinds.scaling.plan_checks`).
+    """
+    cands = candidates(spec)
+    return [f"warning: {w}"
+            for w in plan_warnings(spec, layouts, (cands[0].n_params, cands[-1].n_params))]

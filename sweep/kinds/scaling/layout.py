@@ -48,12 +48,14 @@ class GridPoint:
         candidate: The priced shape.
         n_tokens: Tokens it trains (whole optimizer steps of the budget).
         tokens_per_param: ``n_tokens / n_params``.
+        steps: Optimizer steps it trains (``n_tokens`` / tokens per step).
     """
 
     budget_flops: float
     candidate: Candidate
     n_tokens: int
     tokens_per_param: float
+    steps: int
 
     @property
     def label(self) -> str:
@@ -70,6 +72,8 @@ class BudgetLayout:
         centre_source: How N* was found (the tokens-per-param prior, or re-centred).
         points: The grid points to train, smallest first.
         dropped: ``(shape label, reason)`` of shapes within the span that cannot train.
+        trainable_n: The smallest and largest N of the family's shapes that can train at this
+            budget (None when none can): the range the points were picked from.
     """
 
     budget_flops: float
@@ -77,7 +81,7 @@ class BudgetLayout:
     centre_source: str
     points: list[GridPoint] = field(default_factory=list)
     dropped: list[tuple[str, str]] = field(default_factory=list)
-
+    trainable_n: tuple[int, int] | None = None
 
 
 def prior_centre(cands: list[Candidate], budget_flops: float, tokens_per_param: float) -> float:
@@ -204,10 +208,12 @@ def layout_budget(
         if reason is not None:
             left_out.append((cand.n_params, cand.shape.label, reason))
             continue
-        usable.append(GridPoint(float(budget_flops), cand, int(tokens), tokens / cand.n_params))
+        usable.append(GridPoint(float(budget_flops), cand, int(tokens), tokens / cand.n_params,
+                                required("total_steps", budget.total_steps)))
     if not usable:
         out.dropped = [(label, reason) for _, label, reason in left_out]
         return out
+    out.trainable_n = (usable[0].candidate.n_params, usable[-1].candidate.n_params)
     log_n = np.log([p.candidate.n_params for p in usable])
     chosen: list[int] = []
     for target in np.linspace(math.log(lo), math.log(hi), sc.sizes_per_budget):

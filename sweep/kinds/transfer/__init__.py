@@ -11,15 +11,18 @@ searched field's choices (`sweep.kinds.transfer.grid`), each trained once, to th
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sweep.kinds.base import KindRun
+from sweep.kinds.base import Described, KindRun
 from sweep.kinds.common import GridKind, parametrization_line, run_points
 from sweep.kinds.transfer import grid
 from sweep.kinds.transfer.rules import TRANSFER_OWNED_MODEL, transfer_problems
 from sweep.kinds.transfer.section import TransferSpec
 from sweep.spec.domains import ChoiceDomain
 from sweep.spec.schema import StudySpec
+
+if TYPE_CHECKING:
+    from sweep.train.peaks import NamedGpu
 
 __all__ = ["KIND", "TransferKind"]
 
@@ -75,10 +78,10 @@ class TransferKind(GridKind):
     def point_key(self, spec: StudySpec, params: Mapping[str, Any]) -> Hashable:
         return grid.point_key(spec, params)
 
-    def describe(self, spec: StudySpec, say: Any, warn: Any, *, device: str | None,
-                 as_json: bool) -> list[str]:
+    def describe(self, spec: StudySpec, say: Any, *, device: str | None, as_json: bool,
+                 gpu: NamedGpu) -> Described:
         if as_json:
-            return []
+            return Described()
         tr = grid.transfer_section(spec)
         axes = [f"{len(p.domain.options)} {p.path}" for p in spec.searched()
                 if p.path in grid.grid_fields(spec) and isinstance(p.domain, ChoiceDomain)]
@@ -87,7 +90,7 @@ class TransferKind(GridKind):
             f"{len(grid.points(spec))} trials, each trained to the end; sweep analyze transfer "
             "reports the best lr per width")
         say(parametrization_line(spec, "every width"))
-        return []
+        return Described()
 
     def widths(self, spec: StudySpec) -> tuple[list[int], dict[str, Any]]:
         tr = grid.transfer_section(spec)
