@@ -115,7 +115,8 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     if meta.num_rows > MAX_CSV_ROWS:
         raise _too_long(path)
     try:
-        return pd.read_parquet(path, engine="pyarrow")
+        # The file's own index (if it kept one) gives way to its rows, numbered from 0.
+        return pd.read_parquet(path, engine="pyarrow").reset_index(drop=True)
     except (OSError, ValueError) as exc:
         raise PointsError(f"{path}: cannot be read as parquet: {exc}") from None
 

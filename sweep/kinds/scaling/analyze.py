@@ -1,10 +1,11 @@
 """``sweep analyze scaling``: the scaling kind's analysis command.
 
 Fits scaling laws (Chinchilla approaches 1-3 and VPNLS, `sweep.scaling`) to a study's trained
-points or a CSV of points, prints the compute-optimal models per target budget, recommends
-shapes of the study's size rule nearest to each N_opt (`sweep.kinds.scaling.recommend`), writes
-the plots and logs them with the fits to the study's parent run. Flags are checked before the
-fits, MLflow and matplotlib are imported, so bad input exits 2 at once.
+points or a table of points (CSV or parquet, anyone's read through `sweep.scaling.options`),
+prints the compute-optimal models per target budget, recommends shapes of the study's size rule
+nearest to each N_opt (`sweep.kinds.scaling.recommend`), writes the plots and logs them with the
+fits to the study's parent run. Flags are checked before the fits, MLflow and matplotlib are
+imported (the table's flags before pandas), so bad input exits 2 at once.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ HELP = (
     "Prints each fit's parameters with bootstrap intervals and the compute-optimal N_opt, D_opt "
     "and loss per target budget (C = 6ND); writes the plots to --out and, for a study, logs the "
     "plots and the fits' JSON to its parent MLflow run. An approach that cannot be fitted is "
-    "reported and the others still run; exits 1 when none could be, 2 for bad input."
+    "reported and the others still run; exits 1 when none could be, 2 for bad input.\n\n"
+    "A table of anyone's is read as it is: --columns names its columns, --where picks its rows "
+    "and --convention 6ND derives n_tokens from its FLOPs."
 )
 
 
@@ -53,9 +56,9 @@ def command(
                                    help="Derive n_tokens from the table's flops column (else "
                                         "budget) as D = C / (6N), for a table without it."),
     huber_delta: str = typer.Option("1e-3", "--huber-delta", metavar="DELTA",
-                                      help="Approach 3's Huber delta on log loss, in [1e-06, "
-                                           "1e+09]: Hoffmann's 1e-3; a large one (1e9) is "
-                                           "least squares."),
+                                    help="Approach 3's Huber delta on log loss, in [1e-06, "
+                                         "1e+09]: Hoffmann's 1e-3; a large one (1e9) is least "
+                                         "squares."),
     approach: str = typer.Option("all", help="1, 2, 3, vpnls or all (several joined by "
                                              "commas, e.g. 2,3)."),
     budget: list[str] = typer.Option(None, "--budget", metavar="FLOPS",
@@ -80,7 +83,7 @@ def command(
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (then STUDY is the "
                                                 "experiment name), e.g. http://host:5000."),
 ) -> None:
-    """Fit scaling laws to a study or a CSV table and print the compute-optimal models."""
+    """Fit scaling laws to a study or a table and print the compute-optimal models."""
     table, delta = _table_flags(csv, columns, where, convention, huber_delta)
     budgets = _scaling_flags(study, csv, budget, tracking_uri)
     approaches = _approaches(approach, n_params)
