@@ -56,10 +56,11 @@ def print_scaling_report(report: ScalingReport, out: Console) -> None:
     from sweep.scaling.runs import LOSS
 
     excluded = excluded_text(report.excluded)
+    derived = report.points.attrs.get("n_tokens_from")
     out.print(f"{report.source}: {len(report.points)} points"
               f"{f' (excluded: {excluded})' if excluded else ''}; parameter count N: "
-              f"{report.n_params_convention}; FLOPs: {FLOP_CONVENTION}", highlight=False,
-              markup=False)
+              f"{report.n_params_convention}; FLOPs: {FLOP_CONVENTION}"
+              f"{f'; n_tokens = {derived}' if derived else ''}", highlight=False, markup=False)
     _print_verdict(report, out)
     for key, result in report.results.items():
         out.print(f"\napproach {key}: {result.approach.title}", highlight=False,
@@ -69,7 +70,10 @@ def print_scaling_report(report: ScalingReport, out: Console) -> None:
             out.print(f"no fit: {result.error}", highlight=False, markup=False)
             continue
         level = f"{result.level:.0%} interval" if result.intervals else "interval"
-        out.print(f"{fit.n_points} points; {fit.method}", highlight=False, markup=False)
+        delta = fit.settings.get("delta")
+        out.print(f"{fit.n_points} points; {fit.method}"
+                  f"{f'; Huber delta {delta:g}' if delta is not None else ''}", highlight=False,
+                  markup=False)
         table = Table()
         table.add_column("parameter")
         table.add_column("value", justify="right")

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from sweep.scaling.law import PARAMS
+from sweep.scaling.options import DEFAULT_HUBER_DELTA
 from sweep.scaling.result import FitError, FitResult
 from sweep.scaling.runs import LOSS, column
 from sweep.schema import (
@@ -50,12 +51,14 @@ class FitInputs:
         curves: One row per evaluation (`sweep.scaling.runs.load_curves`), or None.
         n_bootstrap: Bootstrap refits asked for (0: none).
         seed: Seed of the resampling.
+        huber_delta: Approach 3's Huber delta on log loss.
     """
 
     points: pd.DataFrame
     curves: pd.DataFrame | None
     n_bootstrap: int
     seed: int
+    huber_delta: float = DEFAULT_HUBER_DELTA
 
 
 @dataclass(frozen=True)
@@ -91,17 +94,17 @@ def _fit_isoflop(inputs: FitInputs) -> FitResult:
                        seed=inputs.seed)
 
 
-def _fit_law(function: Callable[..., FitResult], inputs: FitInputs) -> FitResult:
+def _fit_law(function: Callable[..., FitResult], inputs: FitInputs, **options) -> FitResult:
     """A fit of L(N, D) = E + A / N^alpha + B / D^beta to the points by ``function``."""
     p = inputs.points
     return function(column(p, METRIC_N_PARAMS), column(p, METRIC_N_TOKENS), column(p, LOSS),
-                    n_bootstrap=inputs.n_bootstrap, seed=inputs.seed)
+                    n_bootstrap=inputs.n_bootstrap, seed=inputs.seed, **options)
 
 
 def _fit_parametric(inputs: FitInputs) -> FitResult:
     from sweep.scaling.parametric import fit_parametric
 
-    return _fit_law(fit_parametric, inputs)
+    return _fit_law(fit_parametric, inputs, delta=inputs.huber_delta)
 
 
 def _fit_vpnls(inputs: FitInputs) -> FitResult:

@@ -103,8 +103,8 @@ def data_notes(report: ScalingReport) -> list[Note]:
     """The budget convention, the rows left out and the embeddings' share of N."""
     notes = []
     points = report.points
-    # Rows left out by --exclude were asked for: the report's header counts them.
-    excluded = {k: v for k, v in report.excluded.items() if k != "--exclude"}
+    # Rows left out by --exclude or --where were asked for: the report's header counts them.
+    excluded = {k: v for k, v in report.excluded.items() if not k.startswith("--")}
     if excluded:
         reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(excluded.items()))
         notes.append(Note(

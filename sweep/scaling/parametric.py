@@ -149,10 +149,12 @@ def fit_parametric(n_params, n_tokens, loss, *, delta: float = 1e-3,
         FitError: Shapes that differ, fewer than 6 points after dropping non-finite rows (5
             parameters need a residual), non-positive values, fewer than 2 distinct values of N
             or of D, a bad ``n_bootstrap``, ``level`` or ``solver``, or no finite objective at
-            any start.
+            any start, or a ``delta`` that is not a finite number > 0.
     """
     n, d, y, dropped = check_points(n_params, n_tokens, loss)
     check_bootstrap_args(n_bootstrap, level)
+    if not (math.isfinite(delta) and delta > 0):
+        raise FitError(f"delta={delta!r}: the Huber delta must be a finite number > 0")
     if solver not in _SOLVERS:
         raise FitError(f"solver={solver!r}: must be 'batched' or 'scipy'")
     groups = kept_groups(groups, n.size + len(dropped), dropped)

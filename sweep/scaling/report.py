@@ -6,9 +6,10 @@ loss at the target budgets, with bootstrap intervals where the fit has draws, an
 `ScalingReport` (its JSON and the copy on the study's run: `sweep.scaling.report_json`). A fit
 that cannot be made (`FitError`) is reported for its approach and the others still run.
 
-FLOPs follow C = 6ND throughout (`FLOP_CONVENTION`): the budgets, the compute-optimal split
-(`sweep.scaling.allocation.optimal_allocation`: N_opt = G (C/6)^a, D_opt = G^-1 (C/6)^b for
-a fit of L(N, D), Hoffmann et al. 2022 eq. 4), and D_opt = C / (6 N_opt) of approaches 1 and 2.
+FLOPs follow C = 6ND throughout (`FLOP_CONVENTION`, defined in `sweep.scaling.options`): the
+budgets, the compute-optimal split (`sweep.scaling.allocation.optimal_allocation`: N_opt =
+G (C/6)^a, D_opt = G^-1 (C/6)^b for a fit of L(N, D), Hoffmann et al. 2022 eq. 4), and
+D_opt = C / (6 N_opt) of approaches 1 and 2.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from sweep.scaling.approaches import APPROACHES, Approach, FitInputs
+from sweep.scaling.options import DEFAULT_HUBER_DELTA, FLOP_CONVENTION, check_huber_delta
 from sweep.scaling.result import FitError, FitResult
 from sweep.scaling.runs import LOSS, column
 from sweep.schema import METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, METRIC_N_TOKENS
@@ -29,8 +31,6 @@ from sweep.schema import METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, METRIC_N_TOKENS
 __all__ = ["EXPONENTS", "FLOP_CONVENTION", "ApproachResult", "OptimalRow", "ScalingReport",
            "analyze", "default_budgets", "optimal_rows"]
 
-#: How FLOPs relate to parameters N and tokens D in every budget and allocation here.
-FLOP_CONVENTION = "C = 6ND"
 #: The allocation exponents: N_opt ~ C^a, D_opt ~ C^b.
 EXPONENTS = ("a", "b")
 
@@ -209,7 +209,8 @@ def _result(approach: Approach, fit: FitResult, budgets: list[float],
 
 def analyze(points: pd.DataFrame, *, approaches: Sequence[str] = tuple(APPROACHES),
             budgets: Sequence[float] | None = None, curves: pd.DataFrame | None = None,
-            n_bootstrap: int = 0, seed: int = 0) -> ScalingReport:
+            n_bootstrap: int = 0, seed: int = 0,
+            huber_delta: float = DEFAULT_HUBER_DELTA) -> ScalingReport:
     """Fit each approach to ``points`` and tabulate the compute-optimal models.
 
     Args:
@@ -222,13 +223,16 @@ def analyze(points: pd.DataFrame, *, approaches: Sequence[str] = tuple(APPROACHE
         curves: Training curves (`load_curves`), for approach 1.
         n_bootstrap: Bootstrap refits per fit, for the intervals (0: none).
         seed: Seed of the resampling.
+        huber_delta: Approach 3's Huber delta on log loss (Hoffmann's 1e-3; within
+            `sweep.scaling.options.HUBER_DELTA_RANGE`).
 
     Returns:
         The `ScalingReport`; an approach whose fit raised `FitError` has ``error`` set and no
         fit, and the others are unaffected.
 
     Raises:
-        ValueError: An unknown approach, or a budget that is not a finite number > 0.
+        ValueError: An unknown approach, a budget that is not a finite number > 0, or a
+            ``huber_delta`` outside its range.
     """
     unknown = [k for k in approaches if k not in APPROACHES]
     if unknown:
@@ -244,12 +248,13 @@ def analyze(points: pd.DataFrame, *, approaches: Sequence[str] = tuple(APPROACHE
             raise ValueError(f"budget {budget!r}: must be a finite number of FLOPs > 0")
         targets.append(value)
     targets.sort()
+    huber_delta = check_huber_delta(huber_delta)
     table = targets or default_budgets(points)
     flops = column(points, METRIC_BUDGET_FLOPS)
     if not np.isfinite(flops).any():
         flops = 6 * column(points, METRIC_N_PARAMS) * column(points, METRIC_N_TOKENS)
     largest = float(np.nanmax(flops)) if np.isfinite(flops).any() else math.inf
-    inputs = FitInputs(points, curves, n_bootstrap, seed)
+    inputs = FitInputs(points, curves, n_bootstrap, seed, huber_delta)
     results = {}
     for key in approaches:
         approach = APPROACHES[key]

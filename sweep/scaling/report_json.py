@@ -46,7 +46,9 @@ def report_json(report: ScalingReport) -> dict[str, Any]:
     ``intervals`` (name -> ``[lo, hi]`` at ``level``), ``optimal`` (a row per budget:
     ``budget_flops``, ``n_params``, ``n_tokens``, ``tokens_per_param``, ``loss``,
     ``extrapolated``, ``intervals``), ``method``, ``n_points``, ``converged``, ``notes``,
-    ``flop_convention`` (``C = 6ND``) and ``n_params_convention``. Non-finite numbers are null.
+    ``flop_convention`` (``C = 6ND``), ``n_params_convention`` and ``n_tokens_from`` (how a
+    table's ``n_tokens`` was derived, ``--convention``; null when given); approach 3 adds
+    ``huber_delta``, the delta it used. Non-finite numbers are null.
     A report with a verdict or notes (`sweep.scaling.verdict.conclude`) adds ``verdict``
     (`sweep.scaling.verdict.verdict_json`), ``notes`` (each `Note` with its ``text``) and
     ``recommendations`` (the shapes to train, each with its spec fragment).
@@ -69,7 +71,10 @@ def report_json(report: ScalingReport) -> dict[str, Any]:
                       "intervals": _pairs(row.intervals)} for row in result.optimal],
             method=fit.method, n_points=fit.n_points, converged=bool(fit.converged),
             notes=list(result.notes),
-            flop_convention=FLOP_CONVENTION, n_params_convention=report.n_params_convention)
+            flop_convention=FLOP_CONVENTION, n_params_convention=report.n_params_convention,
+            n_tokens_from=report.points.attrs.get("n_tokens_from"))
+        if "delta" in fit.settings:
+            entry["huber_delta"] = fit.settings["delta"]
         out[key] = entry
     if report.verdict is not None or report.notes:
         from sweep.scaling.verdict import verdict_json

@@ -1,10 +1,11 @@
 """``sweep analyze scaling``: the scaling kind's analysis command.
 
 Fits scaling laws (Chinchilla approaches 1-3 and VPNLS, `sweep.scaling`) to a study's trained
-points or a CSV of points, prints the compute-optimal models per target budget, recommends
-shapes of the study's size rule nearest to each N_opt (`sweep.kinds.scaling.recommend`), writes
-the plots and logs them with the fits to the study's parent run. Flags are checked before the
-fits, MLflow and matplotlib are imported, so bad input exits 2 at once.
+points or a table of points (CSV or parquet, anyone's read through `sweep.scaling.options`),
+prints the compute-optimal models per target budget, recommends shapes of the study's size rule
+nearest to each N_opt (`sweep.kinds.scaling.recommend`), writes the plots and logs them with the
+fits to the study's parent run. Flags are checked before the fits, MLflow and matplotlib are
+imported (the table's flags before pandas), so bad input exits 2 at once.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ HELP = (
     "Prints each fit's parameters with bootstrap intervals and the compute-optimal N_opt, D_opt "
     "and loss per target budget (C = 6ND); writes the plots to --out and, for a study, logs the "
     "plots and the fits' JSON to its parent MLflow run. An approach that cannot be fitted is "
-    "reported and the others still run; exits 1 when none could be, 2 for bad input."
+    "reported and the others still run; exits 1 when none could be, 2 for bad input.\n\n"
+    "A table of anyone's is read as it is: --columns names its columns, --where picks its rows "
+    "and --convention 6ND derives n_tokens from its FLOPs."
 )
 
 
@@ -39,8 +42,23 @@ def command(
     study: str = typer.Argument(None, metavar="[STUDY_OR_DIR]",
                                 help="Study name (./runs/<name>), its folder, or its mlflow.db."),
     csv: str = typer.Option(None, "--csv", metavar="FILE",
-                            help="Fit a table instead: columns n_params, n_tokens, loss "
-                                 "(optional flops, budget)."),
+                            help="Fit a table instead, CSV or parquet (.parquet, .pq): columns "
+                                 "n_params, n_tokens, loss (optional flops, budget)."),
+    columns: list[str] = typer.Option(None, "--columns", metavar="NAME=COLUMN",
+                                      help="Read the table's COLUMN as NAME (n_params, "
+                                           "n_tokens, loss, flops, budget), e.g. --columns "
+                                           "n_params=\"Model Size\"; repeat for each."),
+    where: list[str] = typer.Option(None, "--where", metavar="COLUMN=VALUE",
+                                    help="Fit only the table's rows whose COLUMN is VALUE "
+                                         "(text or the same number); repeat: one column's "
+                                         "values any, different columns all."),
+    convention: str = typer.Option(None, "--convention", metavar="6ND",
+                                   help="Derive n_tokens from the table's flops column (else "
+                                        "budget) as D = C / (6N), for a table without it."),
+    huber_delta: str = typer.Option("1e-3", "--huber-delta", metavar="DELTA",
+                                    help="Approach 3's Huber delta on log loss, in [1e-06, "
+                                         "1e+09]: Hoffmann's 1e-3; a large one (1e9) is least "
+                                         "squares."),
     approach: str = typer.Option("all", help="1, 2, 3, vpnls or all (several joined by "
                                              "commas, e.g. 2,3)."),
     budget: list[str] = typer.Option(None, "--budget", metavar="FLOPS",
@@ -65,11 +83,12 @@ def command(
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (then STUDY is the "
                                                 "experiment name), e.g. http://host:5000."),
 ) -> None:
-    """Fit scaling laws to a study or a CSV table and print the compute-optimal models."""
+    """Fit scaling laws to a study or a table and print the compute-optimal models."""
+    table, delta = _table_flags(csv, columns, where, convention, huber_delta)
     budgets = _scaling_flags(study, csv, budget, tracking_uri)
     approaches = _approaches(approach, n_params)
     if csv is not None:
-        points, curves = _csv_points(csv, n_params), None
+        points, curves = _csv_points(csv, n_params, table), None
     else:
         points, curves = _load_study(study, tracking_uri, n_params, curves="1" in approaches)
     points, curves = _excluded(points, curves, exclude)
@@ -79,7 +98,7 @@ def command(
     from sweep.scaling.verdict import conclude
 
     report = conclude(analyze(points, approaches=approaches, budgets=budgets, curves=curves,
-                              n_bootstrap=bootstrap, seed=seed))
+                              n_bootstrap=bootstrap, seed=seed, huber_delta=delta))
     if study is not None:
         from sweep.kinds.scaling.recommend import add_recommendations
 
@@ -125,6 +144,9 @@ def _excluded(points: Any, curves: Any, exclude: list[str] | None) -> tuple[Any,
 def _scaling_flags(study: str | None, csv: str | None, budget: list[str] | None,
                    tracking_uri: str | None) -> list[float]:
     """The target budgets; exits 2 on a bad flag, before anything heavy is imported."""
+    if study is not None and csv is not None and "=" in study:
+        bad_input(f"{study!r}: one NAME=VALUE per flag; repeat --columns or --where for each, "
+                  "e.g. --columns n_params=\"Model Size\" --columns budget=\"Training FLOP\"")
     if (study is None) == (csv is None):
         bad_input("give a study (STUDY_OR_DIR) or --csv FILE, not both" if study else
                   "give a study (STUDY_OR_DIR) or --csv FILE")
@@ -134,6 +156,32 @@ def _scaling_flags(study: str | None, csv: str | None, budget: list[str] | None,
     if study is not None and tracking_uri is None:
         check_local_store(study)
     return budgets
+
+
+def _table_flags(csv: str | None, columns: list[str] | None, where: list[str] | None,
+                 convention: str | None, huber_delta: str) -> tuple[Any, float]:
+    """``--csv``'s `TableOptions` and the Huber delta; exits 2 on a bad flag (no pandas yet)."""
+    from sweep.scaling.options import (
+        TableOptionError,
+        TableOptions,
+        check_huber_delta,
+        parse_columns,
+        parse_convention,
+        parse_where,
+    )
+
+    try:
+        delta = check_huber_delta(huber_delta)
+        table = TableOptions(parse_columns(columns), parse_where(where),
+                             parse_convention(convention))
+    except TableOptionError as exc:
+        bad_input(str(exc))
+    given = [flag for flag, value in (("--columns", columns), ("--where", where),
+                                      ("--convention", convention)) if value]
+    if csv is None and given:
+        bad_input(f"{given[0]} reads a --csv table; a study's points already have the names "
+                  "and tokens the fits use")
+    return table, delta
 
 
 def _approaches(approach: str, n_params: str) -> tuple[str, ...]:
@@ -150,15 +198,18 @@ def _approaches(approach: str, n_params: str) -> tuple[str, ...]:
     return approaches
 
 
-def _csv_points(csv: str, n_params: str) -> Any:
-    """The points of ``--csv``; exits 2 when they cannot be read."""
+def _csv_points(csv: str, n_params: str, table: Any) -> Any:
+    """The points of ``--csv`` read by ``table`` (`TableOptions`); exits 2 when they cannot be."""
+    from sweep.scaling.options import TableOptionError
     from sweep.scaling.points_csv import read_csv_points
     from sweep.scaling.runs import PointsError
 
     if n_params != "total":
         bad_input("--n-params applies to a study; a --csv table's n_params is used as given")
     try:
-        return read_csv_points(csv)
+        return read_csv_points(csv, table)
+    except TableOptionError as exc:
+        bad_input(str(exc))
     except PointsError as exc:
         bad_input(f"--csv {exc}")
 

@@ -219,10 +219,12 @@ def study(tmp_path_factory, new_store):
 
 
 def test_a_study_is_analysed_plotted_and_logged_to_its_parent_run(study):
-    res = run(study["out"], "--approach", "2,3", "--bootstrap", 20, "--json")
+    res = run(study["out"], "--approach", "2,3", "--bootstrap", 20, "--json",
+              "--huber-delta", "1e9")  # least squares: the law's points fit it exactly too
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert round(out["3"]["alpha"], 3) == 0.34 and out["3"]["n_points"] == 28
+    assert out["3"]["huber_delta"] == 1e9  # and in the copy on the parent run, below
     assert out["3"]["n_params_convention"] == "total"
     folder = study["out"] / "analysis"
     assert (folder / "frontier.png").stat().st_size > 0

@@ -72,3 +72,51 @@ def test_a_file_over_the_size_limit_is_refused_before_it_is_parsed(tmp_path):
     with pytest.raises(PointsError, match=r"points.csv: 64 MiB; a table of points is read up "
                                           r"to 64 MiB and 10,000 rows"):
         read_csv_points(path)
+
+
+def test_a_parquet_table_over_the_row_limit_is_refused_from_its_footer(tmp_path):
+    import pandas as pd
+
+    path = tmp_path / "points.parquet"
+    rows = MAX_CSV_ROWS + 1
+    pd.DataFrame({"n_params": [1e7] * rows, "n_tokens": [1e9] * rows,
+                  "loss": [3.0] * rows}).to_parquet(path)
+    with pytest.raises(PointsError, match=f"more than {MAX_CSV_ROWS:,} rows"):
+        read_csv_points(path)
+
+
+def test_a_file_named_parquet_that_is_not_is_refused(tmp_path):
+    path = tmp_path / "points.parquet"
+    path.write_text(HEADER + GOOD)
+    with pytest.raises(PointsError, match=re.escape(f"{path}: cannot be read as parquet:")):
+        read_csv_points(path)
+
+
+def test_a_bad_value_of_a_mapped_parquet_column_names_the_column_and_row(tmp_path):
+    import pandas as pd
+
+    from sweep.scaling.options import TableOptions
+
+    path = tmp_path / "points.parquet"
+    pd.DataFrame({"N": [1e7, 2e7, -5.0], "D": [1e9, 5e8, 1e9],
+                  "L": [3.0, 3.1, 3.2]}).to_parquet(path)
+    options = TableOptions(columns=(("n_params", "N"), ("n_tokens", "D"), ("loss", "L")))
+    with pytest.raises(PointsError) as caught:
+        read_csv_points(path, options)
+    assert str(caught.value) == f"{path}: column 'N' (read as n_params), row 2: '-5.0' is negative"
+
+
+def test_n_tokens_derived_outside_its_range_is_refused_naming_the_row(tmp_path):
+    from sweep.scaling.options import TableOptions
+
+    path = tmp_path / "points.csv"
+    path.write_text("n_params,loss,flops\n1e7,3.0,6e16\n1,3.0,1e30\n")
+    with pytest.raises(PointsError) as caught:
+        read_csv_points(path, TableOptions(convention="6ND"))
+    assert str(caught.value) == (f"{path}: n_tokens derived as flops / (6 n_params), C = 6ND, "
+                                 "line 3: 1.66667e+29 is outside [1, 1e+20] tokens, the range "
+                                 "a fit accepts")
+    path.write_text("n_params,loss,flops,budget\n1e7,3.0,6e16,1e17\n2e7,3.0,,1e17\n")
+    frame = read_csv_points(path, TableOptions(convention="6ND"))
+    assert list(frame[S.METRIC_N_TOKENS]) == [1e9]  # from flops, the run's own; blank: dropped
+    assert frame.attrs["excluded"] == {"non-finite n_tokens": 1}
