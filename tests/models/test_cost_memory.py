@@ -20,7 +20,7 @@ from sweep.train.config import TrainConfig
 from sweep.train.optim import build_adamw
 from sweep_models import ModelConfig, build_model
 from sweep_models.cost import estimate
-from sweep_models.cost.memory import largest_update_group
+from sweep_models.cost.optimizer import largest_update_group
 
 
 class LiveStorageTracker(TorchDispatchMode):

@@ -48,15 +48,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal, get_args
 
-from sweep_models import parametrization
 from sweep_models.config import ModelConfig
-from sweep_models.cost.params import (
-    block_linear_params,
-    param_count,
-    position_rows,
-    qkv_width,
-    role_param_counts,
-)
+from sweep_models.cost.optimizer import update_temp_bytes
+from sweep_models.cost.params import block_linear_params, param_count, position_rows
 from sweep_models.errors import required
 
 __all__ = [
@@ -72,7 +66,6 @@ __all__ = [
     "Optimizer",
     "TrainingStep",
     "block_terms",
-    "largest_update_group",
     "resolve_backend",
     "step_memory",
     "training_memory",
@@ -323,50 +316,6 @@ def _buffer_bytes(config: ModelConfig) -> int:
     return out
 
 
-def _largest_param(config: ModelConfig) -> int:
-    """Elements of the model's largest parameter tensor."""
-    d = config.d_model
-    # a cross-attention's Linear(d, 2 d_kv) is always below the QKV's Linear(d, d + 2 d_kv)
-    return max(config.vocab_size * d, d * qkv_width(config), d * required("d_ff", config.d_ff),
-               position_rows(config) * d if config.pos_encoding == "learned" else 0)
-
-
-# The roles AdamW decays: every nn.Linear weight (`sweep.train.optim.decay_groups`).
-_DECAYED_ROLES = ("readout", "hidden", "hidden_out")
-
-
-def largest_update_group(config: ModelConfig) -> int:
-    """Elements of the trainer's largest AdamW parameter group (`sweep.train.optim.param_groups`).
-
-    Groups are keyed by (decayed, lr multiplier, weight-decay multiplier) of each role
-    (`sweep_models.parametrization`): under ``sp`` the decayed matrices and the rest; muP and
-    CompleteP split them further. A ``foreach`` AdamW step allocates one temporary the size of
-    the group it updates (``torch._foreach_sqrt(exp_avg_sqs)``), one group at a time.
-    """
-    groups: dict[tuple[bool, float, float], int] = {}
-    for role, n in role_param_counts(config).items():
-        decayed = role in _DECAYED_ROLES
-        key = (decayed, parametrization.lr_mult(config, role),
-               parametrization.wd_mult(config, role) if decayed else 0.0)
-        groups[key] = groups.get(key, 0) + n
-    return max(groups.values())
-
-
-def _update_temp_bytes(config: ModelConfig, step: TrainingStep, n_params: int) -> int:
-    """The optimizer step's temporaries, as the trainer's optimizers run.
-
-    AdamW as the trainer builds it (`sweep.train.optim.build_adamw`): ``fused`` on CUDA, in
-    place; ``foreach`` on CPU, one temporary per parameter group (`largest_update_group`).
-    SGD as torch runs it by default: one tensor at a time on CPU (its decayed gradient),
-    ``foreach`` on CUDA (one temporary for every parameter).
-    """
-    if step.optimizer == "adamw":
-        return 0 if step.device == "cuda" else FP32_BYTES * largest_update_group(config)
-    if step.device == "cpu":
-        return FP32_BYTES * _largest_param(config)
-    return FP32_BYTES * n_params
-
-
 def step_memory(config: ModelConfig, step: TrainingStep, *, saved: int, backward: int,
                 logit_tokens: int) -> MemoryEstimate:
     """The memory of a steady-state step from what a model's forward pass saves.
@@ -404,7 +353,7 @@ def step_memory(config: ModelConfig, step: TrainingStep, *, saved: int, backward
     loss_bytes = (step.matmul_bytes + 3 * FP32_BYTES) * logit_tokens * v
     held_logit_bytes = step.matmul_bytes * logit_tokens * v
 
-    step_temp_bytes = _update_temp_bytes(config, step, n_params)
+    step_temp_bytes = update_temp_bytes(config, step.optimizer, step.device)
     start_of_backward = activation_bytes + loss_bytes
     first_block_backward = activation_bytes + held_logit_bytes + FP32_BYTES * v * d + backward
     # A tied token table's two gradients, the output projection's and the lookup's (dense),
