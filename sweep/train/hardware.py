@@ -5,17 +5,17 @@ per second a run achieves divided by the device's peak. Peaks are dense (no 2:4 
 throughput from the vendors' datasheets; ``fp32`` is the non-tensor FP32 rate, since PyTorch
 does not use TF32 for matmuls unless asked to. CPUs and unlisted devices have no peak, so no MFU.
 
-CPU threads (`default_threads`). Trials that run at once share the machine's cores, so each
-trial's torch intra-op threads (``torch.set_num_threads``) default to its share: the cores this
-process may run on (`cpu_cores`) divided by the trials running at once, and no more than the
-cores idle when it starts (`idle_cores`, rounded, at least 1); a Ray trial's share is the whole
-CPUs Ray reserved for it (``resources.cpus_per_trial``). ``OMP_NUM_THREADS``, when set, is the
-user's choice and wins over the share. More threads than free cores is the slow case: on 2
-cores that other work kept busy (load average 14-16), a quickstart-sized trial of 8,192 tokens
-took 22.8 s with torch's default 2 threads and 1.8 s with one, two such trials at once 53.3 s
-and 4.3 s (``bench/threads.py``), while on an idle machine 2 threads were 1.1x faster than one
-(issue 23). The thread count moves a loss by float noise only: one float32 ulp at most in
-the measurements of `tests/sweep/study/test_threads.py`, none in the benchmark.
+CPU threads (`default_threads`). Trials that run at once share the machine's cores, so each trial's
+torch intra-op threads (``torch.set_num_threads``) default to its share: the cores this process may
+run on (`cpu_cores`) divided by the trials running at once, and no more than the cores idle when it
+starts (`idle_cores`: 0.1 s of waiting, rounded, at least 1); a Ray trial's share is the whole CPUs
+Ray reserved for it (``resources.cpus_per_trial``). ``OMP_NUM_THREADS``, when set, is the user's
+choice and wins over the share. More threads than free cores is the slow case: on 2 cores that other
+work kept busy (load average 14-16), a quickstart-sized trial of 8,192 tokens took 22.8 s with
+torch's default 2 threads and 1.8 s with one, two such trials at once 53.3 s and 4.3 s
+(``bench/threads.py``), while on an idle machine 2 threads were 1.1x faster than one (issue 23). The
+thread count moves a loss by float noise only: one float32 ulp at most in the measurements of
+`tests/sweep/study/test_threads.py`, none in the benchmark.
 """
 
 from __future__ import annotations
@@ -98,11 +98,12 @@ def cpu_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def idle_cores(window_s: float = 0.2) -> float | None:
+def idle_cores(window_s: float = 0.1) -> float | None:
     """CPUs of the machine left idle over the next ``window_s`` seconds; None where unknown.
 
     From the aggregate ``cpu`` line of Linux's ``/proc/stat`` (proc(5)): the idle and iowait
-    share of the time of the first eight fields, times the CPU count.
+    share of the time of the first eight fields, times the CPU count. The kernel counts in
+    ticks of 1/100 s (USER_HZ), so 0.1 s on 2 CPUs resolves a tenth of a core.
     """
     def sample() -> tuple[int, int]:
         with open("/proc/stat", encoding="ascii") as f:
