@@ -17,7 +17,8 @@ MLflow layout (see ``docs/architecture.md``):
   `sweep.params.encode_param`),
   `COST_METRICS` at step 0, evaluation metrics with step = tokens seen (`METRIC_TOKENS` beside
   each, its value the step, so charts can draw against tokens), `RESULT_METRICS` and
-  `METRIC_BEST_VAL_LOSS` at the end; tags `TAG_STATE`, `TAG_FAIL_REASON`, `TAG_TRIAL_NUMBER`;
+  `METRIC_BEST_VAL_LOSS` at the end; tags `TAG_STATE`, `TAG_FAIL_REASON`, `TAG_TRIAL_NUMBER`,
+  `TAG_TORCH_THREADS`;
   population-based training's changes as metrics and tags ``pbt.<key>`` (`mutation_key`);
 - ``sweep train``: one run, `TAG_KIND` = `KIND_TRAIN`, with a trial's params, metrics and
   tags; in the study's experiment (not nested under its parent, so it is no trial of the
@@ -116,6 +117,7 @@ __all__ = [
     "TAG_SPEC_HASH",
     "TAG_STATE",
     "TAG_TRIAL_NUMBER",
+    "TAG_TORCH_THREADS",
     "TAG_TRUNCATED",
     "TRAIN_EXPERIMENT",
     "TRAIN_RUN_NAME",
@@ -229,6 +231,9 @@ TAG_RETRY_OF = "sweep.retry_of"
 #: shown (``CUDA_VISIBLE_DEVICES``, as Ray sets it for a trial holding GPUs), when set.
 TAG_DEVICE = "sweep.device"
 TAG_CUDA_VISIBLE_DEVICES = "sweep.cuda_visible_devices"
+#: The torch intra-op threads a trial trained with (``resources.torch_threads``, else its share
+#: of the cores: `sweep.train.hardware.default_threads`); not a searched param.
+TAG_TORCH_THREADS = "sweep.torch_threads"
 #: WSD branches (``scaling.branches``): the run whose stable-phase trunk a trial continued, and
 #: why a trunk was not used or not saved.
 TAG_BRANCH_FROM = "sweep.branch_from"

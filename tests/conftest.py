@@ -8,8 +8,10 @@ from testsupport import free_port
 pytest_plugins = ["time_limit", "pytester"]  # time_limit: tests/time_limit.py
 
 # Test models are tiny: one intra-op thread is as fast as two and leaves the second core to
-# the worker processes (Optuna, Ray, MLflow servers) that tests start.
+# the worker processes (Optuna, Ray, MLflow servers) that tests start. A trial sets its own
+# threads (`sweep.train.hardware.default_threads`), where OMP_NUM_THREADS wins over its share.
 torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # Fixtures that start a server or Ray, and the markers a test using one must carry, so that
 # `pytest -m "not slow and not ray and not server and not browser"` never starts one.

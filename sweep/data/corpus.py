@@ -99,11 +99,13 @@ class Corpus:
         how = {"tail": f"the last {VAL_FRACTION:.0%} of the stream",
                "examples": f"the last {VAL_FRACTION:.0%} of the examples",
                "files": "the folder's own val.bin",
-               "documents": f"whole documents by a hash of their path ({VAL_FRACTION:.0%} of "
-                            "documents)",
+               "documents": "whole documents by a hash of their path",
                "val-glob": "whole documents matching val="}.get(s.get("split", "tail"), "")
         split = f"split: train {n_train:,}, val {n_val:,} {unit} ({share:.1%}), {how}"
-        if "val_documents" in s and s.get("split") != "tail":
+        if s.get("split") == "documents":
+            split += (f": {s['val_documents']:,} of {s['documents']:,} documents val "
+                      f"({s['val_documents'] / s['documents']:.1%}; target {VAL_FRACTION:.0%})")
+        elif "val_documents" in s and s.get("split") != "tail":
             split += f"; {s['val_documents']:,} val documents"
         if s.get("near_duplicate_groups"):
             split += (f"; {s['near_duplicate_documents']:,} near-duplicate documents in "

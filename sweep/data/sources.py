@@ -3,8 +3,9 @@
 A `Source` is a parsed URI (`sweep.data.uris`) made ready to prepare: its key, its vocab, and
 how to make its splits. The key covers the prepared content: for ``tokens:`` the files' paths,
 sizes and modification times (so large corpora are not re-read); for ``text:`` every document's
-path and bytes, the URI's globs and ``VAL_FRACTION``, which decide the split, so a changed split
-is a new corpus too; for the others the bytes or the task's parameters. The last
+path and bytes, the URI's globs, ``VAL_FRACTION`` and the near-duplicate rule
+(`sweep.data.near_duplicates.RULE`), which decide the split, so a changed split is a new corpus
+too; for the others the bytes or the task's parameters. The last
 ``VAL_FRACTION`` of a builtin or synthetic stream is the validation split; ``text:`` folders
 hold out whole documents (`sweep.data.text.split_documents`); ``tokens:`` corpora keep their
 own ``val.bin``.
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from sweep.data import synthetic, text
+from sweep.data import near_duplicates, synthetic, text
 from sweep.data.corpus import VAL_FRACTION, DataError
 from sweep.data.uris import (
     SYNTHETIC_TASKS,
@@ -123,7 +124,8 @@ def _text_source(uri: str, parsed: TextUri, vocab_size: int | None) -> Source:
         raise DataError(f"corpus {uri!r} is empty")
     vocab = 256 if vocab_size is None else vocab_size
     key = json.dumps({"include": query.include, "exclude": query.exclude, "val": query.val,
-                      "val_fraction": VAL_FRACTION, "vocab": vocab, "file": path.is_file()})
+                      "val_fraction": VAL_FRACTION, "vocab": vocab, "file": path.is_file(),
+                      "near_duplicates": near_duplicates.RULE})
     # Keyed apart from the b"bytes" key text corpora had before their split held out whole
     # documents, so no earlier tail-split copy is reused; builtin, synthetic and tokens corpora
     # keep their keys (and the checkpoints and trunks keyed on them stay valid).

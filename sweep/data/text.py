@@ -20,12 +20,12 @@ document's text is on one side only:
   falls in the first `VAL_FRACTION` of the hash range (BLAKE2b, 64 bits: the same side on every
   machine and whatever else the folder holds), so about that fraction of the documents (not of
   the bytes) is val. Near-duplicate documents (`sweep.data.near_duplicates`: estimated
-  resemblance >= 0.5 of their sampled 8-byte shingles, after lowercasing and collapsing
-  whitespace, e.g. two editions of one play) are grouped first, transitively, and a group goes
-  where the hash of its first path (in sorted order) sends it, so no near-duplicate pair
-  straddles the split (above `sweep.data.near_duplicates.MAX_GROUPED_BYTES` of text only
-  identical documents are grouped, with a logged warning). If
-  no document hashes to val (a small folder), the group with the smallest hash is val; if all
+  resemblance >= 0.4 of their sampled 8-byte shingles, after reducing them to a spelling
+  skeleton, e.g. a play's modern and First Folio editions) are grouped first, transitively,
+  and a group goes where the hash of its first path (in sorted order) sends it, so no
+  near-duplicate pair straddles the split (above `sweep.data.near_duplicates.MAX_GROUPED_BYTES`
+  of text only identical documents are grouped, with a logged warning). If no document hashes
+  to val (a small folder), the group with the smallest hash is val; if all
   do, the one with the largest is train.
 - With ``val=GLOB``, exactly the documents matching a ``val`` glob are val, the user's choice,
   unchanged by grouping; near-duplicate pairs across that split are reported as a warning

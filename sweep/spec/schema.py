@@ -138,18 +138,21 @@ class ConstraintsSpec(Section):
 
 
 class ResourcesSpec(Section):
-    """``resources``: per-trial Ray resources (GPUs may be fractional).
+    """``resources``: per-trial Ray resources (GPUs may be fractional) and CPU threads.
 
     With a fraction of a GPU per trial (``gpus_per_trial: 0.25``: four trials share each GPU),
     a trial may use that fraction of the GPU's memory: the memory constraint's default
     (`sweep.space.memory_limit_bytes`), so the cost model's estimate decides which configs may
     share a GPU. ``gpu_memory_gb`` is the memory of each GPU the trials get, in GB (1e9
-    bytes); None reads it from the GPU a trial runs on.
+    bytes); None reads it from the GPU a trial runs on. ``torch_threads`` is each trial's torch
+    intra-op threads with either executor; None is its share of the cores
+    (`sweep.train.hardware.default_threads`).
     """
 
     cpus_per_trial: float = Field(default=1.0, gt=0)
     gpus_per_trial: float = Field(default=0.0, ge=0)
     gpu_memory_gb: float | None = Field(default=None, gt=0)
+    torch_threads: int | None = Field(default=None, ge=1)
 
     @field_validator("gpus_per_trial")
     @classmethod

@@ -6,7 +6,8 @@ checkpoints) its two halves:
 
 1. `open_trial` opens the trial's MLflow child run, logs the resolved configs and the cost
    metrics, and checks the spec's constraints with the cost model: an infeasible config is
-   recorded as ``INFEASIBLE`` with the reason and costs no training;
+   recorded as ``INFEASIBLE`` with the reason and costs no training; a feasible one sets the
+   process's torch threads (`trial_threads`, tag ``sweep.torch_threads``);
 2. `train_trial` trains through `sweep.train.Trainer`, sending each evaluation to MLflow and
    to the executor's reporter (which may prune), and ends the run in the trial's final state.
 
@@ -31,6 +32,7 @@ from sweep.schema import (
     METRIC_RESUMED_TOKENS,
     TAG_CHECKPOINT_NOTE,
     TAG_RESUMED_FROM,
+    TAG_TORCH_THREADS,
     TrialState,
     cost_metrics,
     run_name,
@@ -40,11 +42,12 @@ from sweep.spec import StudySpec
 from sweep.tracking import TrialContext, TrialRun
 from sweep.tracking.faults import InfrastructureError, infrastructure_fault
 from sweep.train import NullReporter, Reporter, TrainConfig, Trainer
+from sweep.train.hardware import default_threads, set_threads
 from sweep_models.config import ModelConfig
 from sweep_models.errors import ConfigError
 
 __all__ = ["OpenTrial", "StudyContext", "TrialOutcome",
-           "evaluate", "open_trial", "train_trial"]
+           "evaluate", "open_trial", "train_trial", "trial_threads"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,21 @@ class OpenTrial:
     retry_of: int | None = None
 
 
+def trial_threads(spec: StudySpec) -> int:
+    """The torch intra-op threads each of the study's trials trains with.
+
+    ``resources.torch_threads`` when set; else a Ray trial's whole ``resources.cpus_per_trial``,
+    an Optuna trial's share of the cores among ``search.parallel`` trials
+    (`sweep.train.hardware.default_threads`).
+    """
+    resources = spec.resources
+    if resources.torch_threads is not None:
+        return resources.torch_threads
+    if spec.search.executor == "ray":
+        return default_threads(cpus_per_trial=resources.cpus_per_trial)
+    return default_threads(spec.search.parallel)
+
+
 class _Tee:
     """Send each evaluation to MLflow and to the executor's reporter."""
 
@@ -181,7 +199,8 @@ def open_trial(
 
     Params are the resolved configs under flat dotted keys (``model.d_model``, ``train.lr``);
     the cost metrics are `sweep_models.cost.estimate`'s (through `sweep.space.check_constraints`,
-    with the memory of the device the trial runs on).
+    with the memory of the device the trial runs on). A feasible trial sets this process's torch
+    threads to `trial_threads` and records them (tag ``sweep.torch_threads``).
 
     Args:
         ctx: The study context.
@@ -238,6 +257,7 @@ def _open_trial(ctx: StudyContext, number: int,
             run.end(TrialState.INFEASIBLE, fail_reason=reason)
             return TrialOutcome(number, TrialState.INFEASIBLE, reason=reason, cost=cost,
                                 run_id=run.run_id, constraints=constraints)
+        run.set_tags({TAG_TORCH_THREADS: str(set_threads(trial_threads(ctx.spec)))})
         owner.pop_all()  # the caller ends the run from here on
     return OpenTrial(number, run, model, train, cost, constraints, retry_of)
 

