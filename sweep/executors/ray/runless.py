@@ -33,7 +33,7 @@ __all__ = ["experiment_trials", "record_experiments"]
 log = logging.getLogger(__name__)
 
 
-def _reason(trial: Any) -> str:
+def _reason(trial: Any, stopped_by: str | None) -> str:
     """Why a trial of an experiment state has no run, for its ``sweep.fail_reason``."""
     if trial.status == "ERROR":
         exc = None
@@ -45,14 +45,16 @@ def _reason(trial: Any) -> str:
         if what is not None:
             return f"interrupted: {what}"
         return "interrupted: it errored before its run was created"
-    return f"interrupted: its driver stopped before its run was created (Ray: {trial.status})"
+    why = f"{stopped_by} stopped the study" if stopped_by else "its driver stopped"
+    return f"interrupted: {why} before its run was created (Ray: {trial.status})"
 
 
-def experiment_trials(folder: Path) -> list[Runless]:
+def experiment_trials(folder: Path, stopped_by: str | None = None) -> list[Runless]:
     """The searched trials the Tune experiments under ``folder`` (``<out>/ray``) hold.
 
     One per trial number (the first experiment's, oldest first). An experiment folder without
-    a saved state, or one Tune cannot read, is passed over with a warning.
+    a saved state, or one Tune cannot read, is passed over with a warning. ``stopped_by``: the
+    signal that stopped the study now, named in the reason of trials that never started.
     """
     from ray.tune import ExperimentAnalysis
 
@@ -77,15 +79,16 @@ def experiment_trials(folder: Path) -> list[Runless]:
             retry_of = trial.config.get(CONFIG_RETRY_OF)
             found[int(number)] = Runless(int(number), trial_params(trial.config),
                                          int(retry_of) if retry_of is not None else None,
-                                         _reason(trial))
+                                         _reason(trial, stopped_by))
     return list(found.values())
 
 
-def record_experiments(ctx: Any) -> list[int]:
+def record_experiments(ctx: Any, stopped_by: str | None = None) -> list[int]:
     """Give each trial of the study's Tune experiments that has no MLflow run one (docstring).
 
     Args:
         ctx: The study context (`sweep.study.trial.StudyContext`).
+        stopped_by: The signal that stopped the study now (``SIGINT``), or None.
 
     Returns:
         The trial numbers recorded now, ``INTERRUPTED``.
@@ -94,4 +97,4 @@ def record_experiments(ctx: Any) -> list[int]:
         Exception: The store's error when it does not answer (an infrastructure fault: the
             driver waits and tries again).
     """
-    return record_runless(ctx, experiment_trials(Path(ctx.out_dir) / "ray"))
+    return record_runless(ctx, experiment_trials(Path(ctx.out_dir) / "ray", stopped_by))

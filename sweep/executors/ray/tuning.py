@@ -233,13 +233,14 @@ def fit(ctx: StudyContext, n_trials: int, view: ProgressView, planner: Planner, 
         return _fit(ctx, held, n, view, planner, address, creds)
 
 
-def _record_runless(ctx: StudyContext, view: ProgressView | None) -> None:
+def _record_runless(ctx: StudyContext, view: ProgressView | None,
+                    stopped_by: str | None = None) -> None:
     """Give the study's Ray trials that have no MLflow run one (`sweep.executors.ray.runless`).
 
     Raises:
         Exception: The store's error when it does not answer.
     """
-    recorded = record_experiments(ctx)
+    recorded = record_experiments(ctx, stopped_by)
     if recorded:
         say(view, f"ray: trial(s) {', '.join(map(str, recorded))} had no MLflow run (stopped "
                   "before it was created): recorded INTERRUPTED with their params")
@@ -303,7 +304,7 @@ def _fit(ctx: StudyContext, held: Held, n: int, view: ProgressView, planner: Pla
             if stop.signal is not None:  # Tune stopped every trial (or a second signal came)
                 _end_interrupted(ctx, held.offset, f"interrupted by {stop.signal}")
         try:
-            _record_runless(ctx, view)
+            _record_runless(ctx, view, stop.signal)
         except Exception:  # the store is down: the resume records them
             if stop.signal is None:
                 raise

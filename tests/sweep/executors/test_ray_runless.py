@@ -46,10 +46,10 @@ def test_a_ray_trial_interrupted_while_its_run_was_created_gets_an_interrupted_r
         events.append("errored")
         return on_error(self, *args, **kwargs)  # its run cannot be created here either
 
-    def record_then_start(ctx):
+    def record_then_start(ctx, stopped_by=None):
         events.append("record")
         try:
-            return record(ctx)
+            return record(ctx, stopped_by)
         finally:
             if server.proc is None:  # back once the experiment's end found it down
                 server.start()
