@@ -133,24 +133,25 @@ def _submit(client: Any, spec: Any, spec_path: Path, *, name: str | None,
             executor: str | None, trials: int | None, out: str | None) -> str:
     """Probe the cluster, check where the results go, submit; print what was submitted."""
     from sweep.cluster import (
-        ClusterError,
+        already_runs,
         code_plan,
         job_request,
         probe_cluster,
         results_uri,
         shipped_spec,
         study_jobs,
+        submission_id,
     )
     from sweep.schema import KIND_PROBE, TAG_KIND
 
     try:
-        running = [j for j in study_jobs(client) if (j.metadata or {}).get(JOB_STUDY) == spec.name
+        jobs = study_jobs(client)
+        running = [j for j in jobs if (j.metadata or {}).get(JOB_STUDY) == spec.name
                    and not j.status.is_terminal()]
         if running:
-            raise ClusterError(f"study {spec.name} already runs on the cluster as job "
-                               f"{running[0].submission_id} ({running[0].status.value}); two "
-                               f"drivers of one study would fight: wait for it, or sweep stop "
-                               f"{running[0].submission_id} first")
+            raise already_runs(spec.name, running[0].submission_id, running[0].status.value)
+        # One id per study and attempt: of two submits at once, the cluster takes one.
+        job_id = submission_id(spec.name, jobs)
         facts = probe_cluster(client, {TAG_KIND: KIND_PROBE, JOB_STUDY: spec.name})
         tracking_uri, source = results_uri(spec, facts.mlflow_tracking_uri)
         code_env, code_line = code_plan(facts)
@@ -158,9 +159,7 @@ def _submit(client: Any, spec: Any, spec_path: Path, *, name: str | None,
             request = job_request(spec, spec_path, folder, out=out, executor=executor,
                                   trials=trials, name=name, tracking_uri=tracking_uri,
                                   code_env=code_env, code="shipped" if code_env else "installed")
-            job_id = client.submit_job(entrypoint=request.entrypoint,
-                                       runtime_env=request.runtime_env,
-                                       metadata=request.metadata)
+            _submit_once(client, request, job_id, spec.name)
     except RuntimeError as exc:  # the Jobs API refused the submission
         bad_input(f"the cluster refused the job: {exc}")
     meta = request.metadata
@@ -174,6 +173,28 @@ def _submit(client: Any, spec: Any, spec_path: Path, *, name: str | None,
     say(f"study folder on the cluster: {meta[JOB_OUT]}; follow: sweep logs {job_id} "
         f"--follow; stop: sweep stop {job_id}", highlight=False, soft_wrap=True, markup=False)
     return job_id
+
+
+def _submit_once(client: Any, request: Any, job_id: str, study: str) -> None:
+    """Submit ``request`` as job ``job_id``; a job of that id already there: the study runs.
+
+    Raises:
+        ClusterError: Another submit of the study took ``job_id`` first.
+        RuntimeError: The Jobs API refused the job for another reason.
+    """
+    from sweep.cluster import already_runs
+
+    try:
+        client.submit_job(entrypoint=request.entrypoint, runtime_env=request.runtime_env,
+                          metadata=request.metadata, submission_id=job_id)
+    except RuntimeError as exc:
+        if f"submission_id {job_id} already exists" not in str(exc):
+            raise
+        try:
+            state = str(client.get_job_status(job_id).value)
+        except RuntimeError:
+            state = "submitted at the same time"
+        raise already_runs(study, job_id, state) from None
 
 
 def _print_jobs(client: Any, as_json: bool) -> None:

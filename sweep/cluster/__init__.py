@@ -11,6 +11,7 @@ loads.
 from sweep.cluster.auth import ClusterToken, TokenError, find_token
 from sweep.cluster.connection import CONNECT_TIMEOUT_S, ClusterError, check_address, connect
 from sweep.cluster.jobs import (
+    already_runs,
     describe,
     ended,
     exit_code,
@@ -19,6 +20,7 @@ from sweep.cluster.jobs import (
     stop,
     study_job,
     study_jobs,
+    submission_id,
     wait_ended,
 )
 from sweep.cluster.probe import ClusterFacts, code_fingerprint, code_plan, probe_cluster
@@ -32,7 +34,8 @@ from sweep.cluster.submission import (
 )
 
 __all__ = ["CONNECT_TIMEOUT_S", "STOP_GRACE_S", "ClusterError", "ClusterFacts", "ClusterToken",
-           "JobRequest", "TokenError", "check_address", "check_submittable", "code_fingerprint",
-           "code_plan", "connect", "describe", "ended", "exit_code", "find_token",
-           "follow_logs", "is_study", "job_request", "probe_cluster", "results_uri",
-           "shipped_spec", "stop", "study_job", "study_jobs", "wait_ended"]
+           "JobRequest", "TokenError", "already_runs", "check_address", "check_submittable",
+           "code_fingerprint", "code_plan", "connect", "describe", "ended", "exit_code",
+           "find_token", "follow_logs", "is_study", "job_request", "probe_cluster",
+           "results_uri", "shipped_spec", "stop", "study_job", "study_jobs", "submission_id",
+           "wait_ended"]

@@ -5,6 +5,11 @@ A job is a study of this service when its metadata carries `sweep.schema.TAG_KIN
 cluster, another tool's or this service's probe, is left alone: `study_job` refuses it by id,
 `study_jobs` does not list it.
 
+`submission_id` names a study's next job (``sweep-<study>-<attempt>``) so that two submits of
+one study at once cannot both start a driver: both ask for the same id, and Ray's Jobs API
+accepts a new id only once (``JobManager.submit_job`` stores the job with ``overwrite=False``
+and refuses an id it holds, ``ray.dashboard.modules.job.job_manager``).
+
 `stop` asks Ray to stop the job (``JobSubmissionClient.stop_job``: SIGTERM to the entrypoint
 and its child processes, SIGKILL after ``RAY_JOB_STOP_WAIT_TIME_S``, which the job sets to
 `sweep.cluster.STOP_GRACE_S`) and waits until Ray records it ``STOPPED``: by then the driver
@@ -14,15 +19,19 @@ has ended its running trials ``INTERRUPTED`` and its parent run ``KILLED``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sweep import schema
 from sweep.cluster.connection import ClusterError
 
-__all__ = ["describe", "ended", "exit_code", "follow_logs", "is_study", "stop", "study_job",
-           "study_jobs", "wait_ended"]
+__all__ = ["already_runs", "describe", "ended", "exit_code", "follow_logs", "is_study", "stop",
+           "study_job", "study_jobs", "submission_id", "wait_ended"]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 def _status(details: Any) -> str:
     return str(getattr(details.status, "value", details.status))
@@ -44,6 +53,32 @@ def study_jobs(client: Any) -> list[Any]:
     """This service's study jobs on the cluster, oldest first (`ray.job_submission.JobDetails`)."""
     jobs = [j for j in client.list_jobs() if j.submission_id and is_study(j)]
     return sorted(jobs, key=lambda j: (j.start_time or 0, j.submission_id))
+
+
+def submission_id(study: str, jobs: Iterable[Any]) -> str:
+    """The submission id of study ``study``'s next job: ``sweep-<study>-<attempt>``.
+
+    ``attempt`` is one more than the highest attempt among ``jobs`` (the cluster's jobs; those
+    of other studies and ids of another form count for nothing), 1 for the first, so two
+    submits that read the same jobs ask for the same id and the cluster takes one of them. A
+    name with characters other than letters, digits and ``_.-`` has them replaced by ``_``
+    and the first 8 hex digits of its SHA-256 added, so that two names never share ids.
+    """
+    slug = _UNSAFE.sub("_", study)
+    if slug != study:
+        slug = f"{slug[:60]}-{hashlib.sha256(study.encode()).hexdigest()[:8]}"
+    prefix = f"sweep-{slug}-"
+    attempts = [int(m.group(1)) for j in jobs
+                if (j.metadata or {}).get(schema.JOB_STUDY) == study
+                and (m := re.fullmatch(re.escape(prefix) + r"(\d+)", j.submission_id or ""))]
+    return f"{prefix}{max(attempts, default=0) + 1}"
+
+
+def already_runs(study: str, job_id: str, state: str) -> ClusterError:
+    """The refusal of a second driver for ``study``, naming the job ``job_id`` that has it."""
+    return ClusterError(f"study {study} already runs on the cluster as job {job_id} ({state}); "
+                        f"two drivers of one study would fight: wait for it, or sweep stop "
+                        f"{job_id} first")
 
 
 def study_job(client: Any, job_id: str) -> Any:

@@ -20,6 +20,10 @@ again at most `MAX_RETRIES` times (a trial that kills its process each time is g
 Interrupted trials do not count toward ``n_trials``: a study ends with exactly ``n_trials``
 finished trials (`sweep.schema.TrialState.finished`), plus the interrupted ones, none
 ``RUNNING``.
+
+A trial the executor knows of but MLflow does not (a fault while its run was being created, a
+driver stopped before the trial started) gets its run from `record_runless`, ended
+``INTERRUPTED`` with its params, so the store holds exactly one run per trial number.
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ import contextlib
 import logging
 import signal
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweep.schema import TrialState
 from sweep.tracking.owner import owner_alive
 
 log = logging.getLogger(__name__)
@@ -40,8 +46,8 @@ OWNERLESS_S = 10.0
 #: Times one point is queued again after interruptions before it is given up.
 MAX_RETRIES = 3
 
-__all__ = ["Reconciled", "StudyInterrupted", "interrupt_signals", "reconcile", "reconcile_runs",
-           "signal_handlers"]
+__all__ = ["Reconciled", "Runless", "StudyInterrupted", "interrupt_signals", "reconcile",
+           "reconcile_runs", "record_runless", "signal_handlers"]
 
 
 #: `_Received.name` while signals are held off for a step that must not be cut short.
@@ -209,3 +215,60 @@ def reconcile_runs(tracking: Any, *, alive: set[int] | None = None,
     if alive is None:
         done.interrupted += [run.number for run in ended]
     return done
+
+
+@dataclass(frozen=True)
+class Runless:
+    """A trial the executor holds that may have no MLflow run.
+
+    Attributes:
+        number: Its trial number.
+        params: Its sampled params under dotted keys (``train.lr``).
+        retry_of: The trial it retries (tag ``sweep.retry_of``), or None.
+        reason: Why it ended, for tag ``sweep.fail_reason``.
+    """
+
+    number: int
+    params: Mapping[str, Any]
+    retry_of: int | None
+    reason: str
+
+
+def record_runless(ctx: Any, trials: Iterable[Runless]) -> list[int]:
+    """Give each of ``trials`` whose number has no MLflow run one, ended ``INTERRUPTED``.
+
+    The run holds the resolved configs, as the trial would have logged them (its sampled
+    params where the space cannot resolve them), its number, ``retry_of`` and reason. A number
+    that has a run is left alone, so calling this again records nothing twice.
+
+    Args:
+        ctx: The study context (`sweep.study.trial.StudyContext`).
+        trials: The executor's trials (any state).
+
+    Returns:
+        The numbers recorded now.
+
+    Raises:
+        Exception: The store's error when it does not answer (an infrastructure fault).
+    """
+    from sweep import space  # the search space: only when a trial is recorded
+
+    trials = list(trials)
+    if not trials:
+        return []
+    numbers = {r["trial"] for r in ctx.tracking.read_trials()}
+    recorded = []
+    for t in trials:
+        if t.number in numbers:
+            continue
+        params: dict[str, Any] = dict(t.params)
+        try:  # the resolved configs, as the trial would have logged them
+            model, train = space.configs_from_params(ctx.spec, params)
+            params = {"model": model.to_dict(), "train": train.to_dict()}
+        except space.InvalidConfig:
+            pass
+        with ctx.tracking.start_trial(t.number, params, retry_of=t.retry_of) as run:
+            run.end(TrialState.INTERRUPTED, fail_reason=t.reason)
+        numbers.add(t.number)
+        recorded.append(t.number)
+    return recorded

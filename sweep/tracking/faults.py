@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["InfrastructureError", "infrastructure_fault"]
 
@@ -57,6 +58,10 @@ class InfrastructureError(BaseException):
     def __init__(self, what: str, cause: BaseException) -> None:
         super().__init__(f"{what}: {type(cause).__name__}: {cause}")
         self.what, self.cause = what, cause
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled whole (a Ray trial's error reaches the driver so), not as its message.
+        return type(self), (self.what, self.cause)
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

@@ -44,7 +44,7 @@ from sweep.schema import (
     TrialState,
 )
 from sweep.study.policy import Attempt, to_retry, told_from_run
-from sweep.study.resume import Reconciled, dead_owner
+from sweep.study.resume import Reconciled, Runless, dead_owner, record_runless
 from sweep.study.resume import reconcile as reconcile_study
 from sweep.tracking.owner import owner_alive
 
@@ -137,30 +137,14 @@ def _record_runless(ctx: Any, study: optuna.Study) -> list[int]:
     """Give each interrupted trial without an MLflow run one, ended ``INTERRUPTED``.
 
     A fault while a trial's run was being created (the store did not answer) interrupts the
-    trial before it has a run; its run is created here, with the trial's params, number and
-    reason, so the store holds one run per trial number. Returns the numbers recorded.
+    trial before it has a run (`sweep.study.resume.record_runless`). Returns the numbers
+    recorded.
     """
-    interrupted = [t for t in study.get_trials(deepcopy=False, states=(OptunaState.FAIL,))
-                   if t.user_attrs.get(ATTR_STATE) == TrialState.INTERRUPTED.value]
-    if not interrupted:
-        return []
-    numbers = {r["trial"] for r in ctx.tracking.read_trials()}
-    recorded = []
-    for t in interrupted:
-        if t.number in numbers:
-            continue
-        reason = t.user_attrs.get(ATTR_REASON) or "interrupted before its run was created"
-        params: dict[str, Any] = dict(t.params)
-        try:  # the resolved configs, as the trial would have logged them
-            model, train = space.configs_from_params(ctx.spec, params)
-            params = {"model": model.to_dict(), "train": train.to_dict()}
-        except space.InvalidConfig:
-            pass
-        with ctx.tracking.start_trial(t.number, params,
-                                     retry_of=t.user_attrs.get(ATTR_RETRY_OF)) as run:
-            run.end(TrialState.INTERRUPTED, fail_reason=reason)
-        recorded.append(t.number)
-    return recorded
+    return record_runless(ctx, (
+        Runless(t.number, t.params, t.user_attrs.get(ATTR_RETRY_OF),
+                t.user_attrs.get(ATTR_REASON) or "interrupted before its run was created")
+        for t in study.get_trials(deepcopy=False, states=(OptunaState.FAIL,))
+        if t.user_attrs.get(ATTR_STATE) == TrialState.INTERRUPTED.value))
 
 
 def _adopt(ctx: Any, study: optuna.Study, t: optuna.trial.FrozenTrial,

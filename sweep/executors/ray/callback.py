@@ -1,12 +1,16 @@
 """The driver-side Ray Tune callback.
 
 Progress rows from Ray's trial events, and the end state of trials Ray stopped before they could
-record it (a scheduler's stop ends them ``PRUNED``, with the tokens they had trained).
+record it (a scheduler's stop ends them ``PRUNED``, with the tokens they had trained). A trial
+an infrastructure fault stopped (`sweep.tracking.faults`) ends ``INTERRUPTED``, not
+``FAILED``; when the store does not answer at that moment either, the trial is left to
+`sweep.executors.ray.runless`, which records it once the store answers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import re
@@ -30,13 +34,53 @@ from sweep.schema import (
 from sweep.study.progress import ProgressView, TrialRow
 from sweep.study.trial import StudyContext
 from sweep.tracking import find_trial_run
+from sweep.tracking.faults import infrastructure_fault
 
-__all__ = ["StudyCallback", "config_number", "trial_error"]
+__all__ = ["StudyCallback", "config_number", "error_state", "trial_error"]
+
+log = logging.getLogger(__name__)
 
 
 def config_number(trial: Any) -> int:
     """A searched Ray trial's trial number, from its config (`CONFIG_TRIAL_NUMBER`)."""
     return int(trial.config[CONFIG_TRIAL_NUMBER])
+
+
+def error_state(trial: Any) -> tuple[TrialState, str, str | None]:
+    """How an errored Ray trial ends: its state, reason and detail (`trial_error`).
+
+    ``INTERRUPTED`` with reason ``interrupted: <what failed>`` when an infrastructure fault
+    (`sweep.tracking.faults.infrastructure_fault`) stopped it, else ``FAILED``.
+    """
+    reason, detail = trial_error(trial)
+    what = infrastructure_fault(_trial_exception(trial) or Exception(reason))
+    if what is not None:
+        return TrialState.INTERRUPTED, f"interrupted: {what}", detail
+    return TrialState.FAILED, reason, detail
+
+
+def _pickled_error(trial: Any) -> BaseException | None:
+    """The exception Ray pickled for an errored trial (a ``RayTaskError``), or None.
+
+    Read from the trial's folder on the driver, where Ray writes it before it calls the
+    callbacks (it reaches the storage path only later).
+    """
+    import cloudpickle
+
+    exc = None
+    with contextlib.suppress(Exception):  # no file, or an error that does not unpickle
+        path = trial.pickled_error_file
+        if path and os.path.exists(path):
+            with open(path, "rb") as f:
+                exc = cloudpickle.load(f)
+    return exc if isinstance(exc, BaseException) else None
+
+
+def _trial_exception(trial: Any) -> BaseException | None:
+    """The exception the trainable raised, unwrapped from Ray's ``RayTaskError``."""
+    exc = _pickled_error(trial)
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
 
 
 def trial_error(trial: Any) -> tuple[str, str | None]:
@@ -48,15 +92,8 @@ def trial_error(trial: Any) -> tuple[str, str | None]:
     it calls the callbacks (the pickled error, else the error text), which reach the storage
     path only later.
     """
-    import cloudpickle
-
-    exc = None
-    with contextlib.suppress(Exception):  # no file, or an error that does not unpickle
-        path = trial.pickled_error_file
-        if path and os.path.exists(path):
-            with open(path, "rb") as f:
-                exc = cloudpickle.load(f)
-    if isinstance(exc, BaseException):
+    exc = _pickled_error(trial)
+    if exc is not None:
         detail = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # Ray colours the worker name
         cause = getattr(exc, "cause", None)
         if isinstance(cause, BaseException):
@@ -141,16 +178,31 @@ class StudyCallback(tune.Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         row = self._row(trial)
-        row.state = TrialState.FAILED
-        reason, detail = trial_error(trial)
+        row.state, reason, detail = error_state(trial)
         row.reason = reason[:300]
-        self._end_run(trial, TrialState.FAILED, reason, trial.last_result or {}, detail=detail)
+        self._end_run(trial, row.state, reason, trial.last_result or {}, detail=detail)
         self._show()
 
     def _end_run(self, trial: Any, state: str, reason: str | None,
                  last: dict[str, Any], *, detail: str | None = None) -> None:
-        """End the trial's MLflow run in ``state`` unless the trial already ended it."""
+        """End the trial's MLflow run in ``state`` unless the trial already ended it.
+
+        When the store does not answer, the run is left as it is: a run left ``RUNNING`` is
+        ended by the next reconcile (`sweep.study.resume`), a missing one created by
+        `sweep.executors.ray.runless`.
+        """
         self._best = math.nan
+        try:
+            self._end_run_now(trial, state, reason, last, detail=detail)
+        except Exception as exc:
+            what = infrastructure_fault(exc)
+            if what is None:
+                raise
+            log.warning("trial %s: its run not ended %s (%s); recorded once the store answers",
+                        self._number(trial), state, what)
+
+    def _end_run_now(self, trial: Any, state: str, reason: str | None,
+                     last: dict[str, Any], *, detail: str | None = None) -> None:
         number = self._number(trial)
         run_id = last.get(ATTR_RUN_ID) or find_trial_run(self.ctx.tracking, number)
         if run_id is None:  # failed before its run was created

@@ -1,10 +1,12 @@
 """Running one Ray Tune experiment of a study: what every kind's Tune run shares.
 
-`fit` reads what the study holds in MLflow (a rerun's trials keep their numbers, and only
-finished ones count toward ``n_trials``), connects to Ray, lets a `TunePlan` factory (a search,
-`sweep.executors.ray.search`; a PBT population, `sweep.kinds.pbt.tune`) say what to run, and runs
-it with the study's callback (progress rows, runs Ray ended), quiet, under the study's signal
-handlers.
+`fit` gives every trial of the study's Tune experiments that has no MLflow run one
+(`sweep.executors.ray.runless`), before its experiment and after it; reads what the study holds
+in MLflow (a rerun's trials keep their numbers, and only finished ones count toward
+``n_trials``), connects to Ray, lets a `TunePlan` factory (a search,
+`sweep.executors.ray.search`; a PBT population, `sweep.kinds.pbt.tune`) say what to run, and
+runs it with the study's callback (progress rows, runs Ray ended), quiet, under the study's
+signal handlers.
 
 Interrupts: SIGINT (Ctrl-C) and SIGTERM while Tune runs stop the experiment gracefully (Tune's
 own SIGINT handler, which would end it as if it had finished, is off): Tune stops every trial,
@@ -34,6 +36,7 @@ from ray import tune
 
 from sweep.executors.ray.callback import StudyCallback, config_number
 from sweep.executors.ray.connection import init_ray, trial_resources
+from sweep.executors.ray.runless import record_experiments
 from sweep.schema import TrialState
 from sweep.study.progress import ProgressView
 from sweep.study.resume import StudyInterrupted, signal_handlers
@@ -221,12 +224,26 @@ def fit(ctx: StudyContext, n_trials: int, view: ProgressView, planner: Planner, 
     """
     ctx = dataclasses.replace(ctx, out_dir=Path(ctx.out_dir).resolve())
     ctx, creds = _without_credentials(ctx)
+    _record_runless(ctx, view)  # earlier experiments' trials the store missed
     held = Held.read(ctx)
     n = len(ctx.points) if ctx.points else max(0, n_trials - len(held.finished))
     if not n:
         return None
     with _environment(creds):
         return _fit(ctx, held, n, view, planner, address, creds)
+
+
+def _record_runless(ctx: StudyContext, view: ProgressView | None,
+                    stopped_by: str | None = None) -> None:
+    """Give the study's Ray trials that have no MLflow run one (`sweep.executors.ray.runless`).
+
+    Raises:
+        Exception: The store's error when it does not answer.
+    """
+    recorded = record_experiments(ctx, stopped_by)
+    if recorded:
+        say(view, f"ray: trial(s) {', '.join(map(str, recorded))} had no MLflow run (stopped "
+                  "before it was created): recorded INTERRUPTED with their params")
 
 
 def _without_credentials(ctx: StudyContext) -> tuple[StudyContext, dict[str, str]]:
@@ -286,6 +303,11 @@ def _fit(ctx: StudyContext, held: Held, n: int, view: ProgressView, planner: Pla
                 shutil.rmtree(folder, ignore_errors=True)
             if stop.signal is not None:  # Tune stopped every trial (or a second signal came)
                 _end_interrupted(ctx, held.offset, f"interrupted by {stop.signal}")
+        try:
+            _record_runless(ctx, view, stop.signal)
+        except Exception:  # the store is down: the resume records them
+            if stop.signal is None:
+                raise
     finally:
         if started:
             ray.shutdown()

@@ -6,13 +6,16 @@ where Ray looks for it and never shown; the probe script, run here as the cluste
 this Python's code and MLflow store.
 """
 
+import hashlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -25,6 +28,7 @@ from sweep.cluster import (
     find_token,
     job_request,
     results_uri,
+    submission_id,
 )
 from sweep.cluster.auth import TokenError
 from sweep.cluster.probe import local_packages, probe_entrypoint
@@ -216,3 +220,23 @@ def test_bad_job_ids_are_refused_before_a_request():
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and time.perf_counter() - start < 30
     assert "JOB '../../api/version': not a job id" in " ".join(proc.stderr.split())
+
+
+def job(submission_id, study):
+    return SimpleNamespace(submission_id=submission_id, metadata={"sweep.study": study})
+
+
+def test_a_study_s_jobs_are_numbered_by_attempt_so_two_submits_ask_for_one_id():
+    assert submission_id("grid", []) == "sweep-grid-1"
+    held = [job("sweep-grid-1", "grid"), job("sweep-grid-3", "grid"),
+            job("raysubmit_Abc123", "grid"),  # an id of another form counts for nothing
+            job("sweep-grid-9", "other")]  # nor does another study's job
+    assert submission_id("grid", held) == submission_id("grid", list(held)) == "sweep-grid-4"
+    assert submission_id("grid-1", held) == "sweep-grid-1-1"
+    # Characters a job id cannot hold are replaced, and the name's hash keeps names apart.
+    spaced, underscored = submission_id("my study/2", []), submission_id("my_study_2", [])
+    assert spaced == f"sweep-my_study_2-{hashlib.sha256(b'my study/2').hexdigest()[:8]}-1"
+    assert underscored == "sweep-my_study_2-1"
+    assert submission_id("my study/2", [job(spaced, "my study/2")]) == spaced[:-1] + "2"
+    for job_id in (spaced, underscored, submission_id("x" * 100 + "!", [])):
+        assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", job_id)  # `sweep status` takes it

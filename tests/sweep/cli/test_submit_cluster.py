@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -178,6 +179,60 @@ def test_bad_input_gives_one_message_each_and_submits_nothing(ray_jobs_head, tmp
     listed = sweep_cli(["jobs", "--address", address, "--json"], token)
     assert listed.returncode == 0, listed.stderr
     assert other not in {row["job"] for row in json.loads(listed.stdout)}
+
+
+def test_two_submits_of_one_study_at_once_start_one_job_and_refuse_the_other(
+        ray_jobs_head, tmp_path, monkeypatch, capsys):
+    """Both submits read the cluster's jobs before either submits (they meet at the probe), so
+    both pass the check for a running job; the cluster takes the study's next job id once."""
+    import typer
+
+    import sweep.cluster
+    from sweep.cli import app
+
+    address, token, _ = ray_jobs_head
+    client = jobs_client(address, token)
+    for key in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN", token)
+    name = "submitted-twice"
+    spec = spec_file(tmp_path, name)
+    both_listed = threading.Barrier(2, timeout=300)
+    probe = sweep.cluster.probe_cluster
+
+    def probe_once_both_listed(*args, **kwargs):
+        both_listed.wait()
+        return probe(*args, **kwargs)
+
+    monkeypatch.setattr(sweep.cluster, "probe_cluster", probe_once_both_listed)
+    command, codes = typer.main.get_command(app), []
+
+    def submit():
+        codes.append(command.main(["submit", str(spec), "--address", address, "--out",
+                                   str(tmp_path / "out"), "--no-wait"], prog_name="sweep",
+                                  standalone_mode=False) or 0)
+
+    threads = [threading.Thread(target=submit) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    printed = capsys.readouterr()
+    OUTPUTS.append(printed.out + printed.err)
+    assert sorted(codes) == [0, 2], printed
+    (job,) = re.findall(r"submitted job (\S+): study submitted-twice", printed.out)
+    assert job == "sweep-submitted-twice-1"
+    refusal = " ".join(printed.err.split())
+    assert refusal.startswith(f"error: study {name} already runs on the cluster as job {job} ("), \
+        refusal
+    assert refusal.count("error:") == 1 and "Traceback" not in printed.err
+    ours = [j for j in client.list_jobs() if (j.metadata or {}).get("sweep.study") == name
+            and j.metadata.get("sweep.kind") == "study"]
+    assert [j.submission_id for j in ours] == [job]  # exactly one job of the study
+    client.stop_job(job)
+    deadline = time.monotonic() + 120
+    while not client.get_job_status(job).is_terminal() and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def study_runs(url, experiment):
