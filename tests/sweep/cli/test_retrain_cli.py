@@ -1,7 +1,6 @@
 """From sweep to model: ``sweep train --from-study``, ``--save``, ``sweep sample``."""
 
 import json
-import time
 
 import pytest
 import yaml
@@ -148,15 +147,13 @@ def test_bad_retrain_input_exits_2_and_writes_no_run(study, tmp_path, args, need
     (["--save", "{tmp}/file.txt"], "exists and is not a folder"),
     (["--save", "{tmp}/full"], "holds files but no saved model"),
 ])
-def test_bad_train_flags_are_refused_within_a_second(tmp_path, args, needle):
+def test_bad_train_flags_are_refused_and_nothing_is_written(tmp_path, args, needle):
     (tmp_path / "bad.yaml").write_text("model: {d_model: 32}\nsearch: {n_trials: 2}\n")
     (tmp_path / "file.txt").write_text("x")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "notes.txt").write_text("mine")
-    start = time.perf_counter()
     result = _invoke("train", "--out", tmp_path / "out",
                      *[a.format(tmp=tmp_path) for a in args])
-    assert time.perf_counter() - start < 1.0
     assert result.exit_code == 2, result.output
     assert needle in " ".join(result.stderr.split())
     assert not (tmp_path / "out").exists()
