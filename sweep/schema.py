@@ -6,17 +6,16 @@ the progress view and the results table import these names; none writes the stri
 
 MLflow layout (see ``docs/architecture.md``):
 
-- experiment = study name, its description in `TAG_NOTE`; one parent run per study, tags
-  `TAG_KIND` = `KIND_STUDY`, `TAG_SPEC_HASH`, `TAG_EXECUTOR`, `TAG_ALGORITHM`, `TAG_CORPUS`,
-  `TAG_COMMAND`, `TAG_STATE`, `TAG_NOTE` (its description: the summary); metrics
+- experiment = study name, its description in `TAG_NOTE`, its saved view `TAG_VIEW_PREFIX`;
+  one parent run per study, tags `TAG_KIND` = `KIND_STUDY`, `TAG_SPEC_HASH`, `TAG_EXECUTOR`,
+  `TAG_ALGORITHM`, `TAG_CORPUS`, `TAG_COMMAND`, `TAG_SEARCHED`, `TAG_STATE`, `TAG_NOTE`; metrics
   `METRIC_BASELINE`, `METRIC_BEST_VAL_LOSS`, `METRIC_BEST_OVER_BASELINE`, ``trials_<state>``
   (`count_metric`); artifacts `SPEC_ARTIFACT`, `TRIALS_ARTIFACT`, `BEST_CONFIG_ARTIFACT`,
   ``plots/<name>.png``;
-- one child run per trial, named `run_name` (``trial-<n>``), params = the resolved model and
-  train config under dotted keys (`sweep.params.flatten_params`, values encoded with
-  `sweep.params.encode_param`),
-  `COST_METRICS` at step 0, evaluation metrics with step = tokens seen (`METRIC_TOKENS` beside
-  each, its value the step, so charts can draw against tokens), `RESULT_METRICS` and
+- one child run per trial, named `run_name` (``trial-<n>``), params = the resolved config and
+  the searched params as written (`sweep.params`), `COST_METRICS` at step 0, evaluation
+  metrics with step = tokens seen (`METRIC_TOKENS` beside each, its value the step, so charts
+  can draw against tokens), `RESULT_METRICS` and
   `METRIC_BEST_VAL_LOSS` at the end; tags `TAG_STATE`, `TAG_FAIL_REASON`, `TAG_TRIAL_NUMBER`;
   population-based training's changes as metrics and tags ``pbt.<key>`` (`mutation_key`);
 - ``sweep train``: one run, `TAG_KIND` = `KIND_TRAIN`, with a trial's params, metrics and
@@ -39,6 +38,7 @@ __all__ = [
     "ATTR_BEST_VAL_LOSS",
     "ATTR_CONSTRAINTS",
     "ATTR_HEARTBEAT",
+    "ATTR_MLFLOW_RUN",
     "ATTR_OWNER",
     "ATTR_PROGRESS",
     "ATTR_REASON",
@@ -59,6 +59,7 @@ __all__ = [
     "JOB_SPEC",
     "JOB_STUDY",
     "JOB_TRACKING_URI",
+    "KIND_MODEL_TRAINING",
     "KIND_PROBE",
     "KIND_STUDY",
     "KIND_TRAIN",
@@ -102,6 +103,7 @@ __all__ = [
     "TAG_CUDA_VISIBLE_DEVICES",
     "TAG_DEVICE",
     "TAG_EXECUTOR",
+    "TAG_EXPERIMENT_KIND",
     "TAG_FAIL_REASON",
     "TAG_HEARTBEAT",
     "TAG_KIND",
@@ -112,6 +114,8 @@ __all__ = [
     "TAG_RETRAIN_OF_RUN",
     "TAG_RETRY_OF",
     "TAG_SAVED_TO",
+    "TAG_SEARCHED",
+    "TAG_VIEW_PREFIX",
     "TAG_SPEC_HASH",
     "TAG_STATE",
     "TAG_TRIAL_NUMBER",
@@ -122,6 +126,7 @@ __all__ = [
     "TRANSFER_PLOTS_ARTIFACT_DIR",
     "TRIALS_ARTIFACT",
     "UI_MODEL_TRAINING",
+    "VIEW_KEY",
     "TrialState",
     "cost_metrics",
     "count_metric",
@@ -219,6 +224,13 @@ TAG_NOTE = "mlflow.note.content"
 #: The query of an MLflow 3 UI page that keeps it in the "Model training" views (runs, metrics);
 #: without it an experiment opens on the GenAI overview, which shows no runs.
 UI_MODEL_TRAINING = "workflowType=machine_learning"
+#: The parent run: the searched params, as the spec names them; the experiment: its kind in
+#: MLflow 3 (its pages' layout) and the saved view ``sweep ui`` opens (`sweep.tracking.view`).
+TAG_SEARCHED = "sweep.searched"
+TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
+KIND_MODEL_TRAINING = "custom_model_development"
+TAG_VIEW_PREFIX = "mlflow.sharedViewState."
+VIEW_KEY = "sweep-trials"
 #: Crash recovery (`sweep.study.resume`): the process running a trial (`sweep.tracking.owner`),
 #: its last heartbeat (Unix seconds), and on a retried trial the number of the one it retries.
 TAG_OWNER = "sweep.owner"
@@ -267,7 +279,8 @@ METRIC_BEST_VAL_LOSS = "best_val_loss"
 METRIC_TOKENS = "tokens"
 METRIC_BASELINE = "baseline_unigram_loss"
 METRIC_TOKENS_PER_S = "tokens_per_s"
-METRIC_LR = "lr"
+#: The schedule's learning rate at an evaluation (param ``train.lr`` is the peak); was ``lr``.
+METRIC_LR = "lr_now"
 METRIC_VAL_BPB = "val_bpb"
 METRIC_FINAL_VAL_LOSS = "final_val_loss"
 METRIC_TRAIN_FLOPS = "train_flops"
@@ -333,6 +346,8 @@ ATTR_BEST_VAL_LOSS = "sweep_best_val_loss"
 ATTR_PROGRESS = "sweep_progress"
 #: A trial's constraint values (<= 0 feasible), as Optuna samplers and the results read them.
 ATTR_CONSTRAINTS = "constraints"
+#: For optuna-dashboard: a trial's link to its MLflow run (`sweep.tracking.view.run_url`).
+ATTR_MLFLOW_RUN = "mlflow_run"
 #: Keys the Ray executor adds to a trial's config.
 CONFIG_TRIAL_NUMBER = "sweep.trial_number"
 CONFIG_MEMBER = "sweep.member"
