@@ -17,8 +17,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["choice_labels", "choice_value", "decode_param", "encode_param", "flatten_params",
-           "unflatten_params"]
+__all__ = ["SPEC_ONLY_KEYS", "choice_labels", "choice_value", "config_params", "decode_param",
+           "encode_param", "flatten_params", "unflatten_params"]
+
+#: Spec keys a trial logs as searched whose values the resolved config holds under other names
+#: (``n_heads = d_model / d_head``, ``d_ff = round(d_ff_ratio * d_model)``, a preset's fields):
+#: `sweep.space.sampling.build_configs`.
+SPEC_ONLY_KEYS = ("model.preset", "model.d_head", "model.d_ff_ratio")
 
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -59,6 +64,11 @@ def flatten_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any
         else:
             flat[name] = value
     return flat
+
+
+def config_params(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's logged params less `SPEC_ONLY_KEYS`: its resolved config, to build again."""
+    return {k: v for k, v in flat.items() if k not in SPEC_ONLY_KEYS}
 
 
 def unflatten_params(flat: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,19 +6,17 @@ the progress view and the results table import these names; none writes the stri
 
 MLflow layout (see ``docs/architecture.md``):
 
-- experiment = study name, its description in `TAG_NOTE`; one parent run per study, tags
-  `TAG_KIND` = `KIND_STUDY`, `TAG_SPEC_HASH`, `TAG_EXECUTOR`, `TAG_ALGORITHM`, `TAG_CORPUS`,
-  `TAG_COMMAND`, `TAG_STATE`, `TAG_NOTE` (its description: the summary); metrics
+- experiment = study name, its description in `TAG_NOTE`, its saved view `TAG_VIEW_PREFIX`;
+  one parent run per study, tags `TAG_KIND` = `KIND_STUDY`, `TAG_SPEC_HASH`, `TAG_EXECUTOR`,
+  `TAG_ALGORITHM`, `TAG_CORPUS`, `TAG_COMMAND`, `TAG_SEARCHED`, `TAG_STATE`, `TAG_NOTE`; metrics
   `METRIC_BASELINE`, `METRIC_BEST_VAL_LOSS`, `METRIC_BEST_OVER_BASELINE`, ``trials_<state>``
   (`count_metric`); artifacts `SPEC_ARTIFACT`, `TRIALS_ARTIFACT`, `BEST_CONFIG_ARTIFACT`,
   ``plots/<name>.png``;
-- one child run per trial, named `run_name` (``trial-<n>``), params = the resolved model and
-  train config under dotted keys (`sweep.params.flatten_params`, values encoded with
-  `sweep.params.encode_param`),
-  `COST_METRICS` at step 0, evaluation metrics with step = tokens seen (`METRIC_TOKENS` beside
-  each, its value the step, so charts can draw against tokens), `RESULT_METRICS` and
-  `METRIC_BEST_VAL_LOSS` at the end; tags `TAG_STATE`, `TAG_FAIL_REASON`, `TAG_TRIAL_NUMBER`,
-  `TAG_TORCH_THREADS`;
+- one child run per trial, named `run_name` (``trial-<n>``), params = the resolved config and
+  the searched params as written (`sweep.params`), `COST_METRICS` at step 0, evaluation
+  metrics with step = tokens seen (`METRIC_TOKENS` beside each, its value the step, so charts
+  can draw against tokens), `RESULT_METRICS` and `METRIC_BEST_VAL_LOSS` at the end; tags
+  `TAG_STATE`, `TAG_FAIL_REASON`, `TAG_TRIAL_NUMBER`, `TAG_TORCH_THREADS`;
   population-based training's changes as metrics and tags ``pbt.<key>`` (`mutation_key`);
 - ``sweep train``: one run, `TAG_KIND` = `KIND_TRAIN`, with a trial's params, metrics and
   tags; in the study's experiment (not nested under its parent, so it is no trial of the
@@ -37,100 +35,30 @@ import math
 from typing import Any
 
 __all__ = [
-    "ATTR_BEST_VAL_LOSS",
-    "ATTR_CONSTRAINTS",
-    "ATTR_HEARTBEAT",
-    "ATTR_OWNER",
-    "ATTR_PROGRESS",
-    "ATTR_REASON",
-    "ATTR_RETRY_OF",
-    "ATTR_RUN_ID",
-    "ATTR_STATE",
-    "BEST_CONFIG_ARTIFACT",
-    "CONFIG_KEYS",
-    "CONFIG_MEMBER",
-    "CONFIG_RETRY_OF",
-    "CONFIG_TRIAL_NUMBER",
-    "COST_METRICS",
-    "EVAL_METRICS",
-    "FAIL_REASON_ARTIFACT",
-    "JOB_CODE",
-    "JOB_EXPERIMENT",
-    "JOB_OUT",
-    "JOB_SPEC",
-    "JOB_STUDY",
-    "JOB_TRACKING_URI",
-    "KIND_PROBE",
-    "KIND_STUDY",
-    "KIND_TRAIN",
-    "LOSS_METRICS",
-    "METRIC_BASELINE",
-    "METRIC_BEST_OVER_BASELINE",
-    "METRIC_BEST_VAL_LOSS",
-    "METRIC_BRANCH_TOKENS",
-    "METRIC_RESUMED_TOKENS",
-    "METRIC_BUDGET_FLOPS",
-    "METRIC_FINAL_VAL_LOSS",
-    "METRIC_FLOPS_PER_TOKEN",
-    "METRIC_FLOPS_PER_TOKEN_DENSE",
-    "METRIC_FLOPS_PER_TOKEN_TRAIN",
-    "METRIC_LR",
-    "METRIC_MEM_ESTIMATE",
-    "METRIC_MFU",
-    "METRIC_N_PARAMS",
-    "METRIC_N_PARAMS_NON_EMBEDDING",
-    "METRIC_N_TOKENS",
-    "METRIC_TOKENS",
-    "METRIC_TOKENS_PER_PARAM",
-    "METRIC_TOKENS_PER_S",
-    "METRIC_TRAIN_FLOPS",
-    "METRIC_TRAIN_LOSS",
-    "METRIC_TRIALS_RETRIED",
-    "METRIC_VAL_BPB",
-    "METRIC_VAL_LOSS",
-    "METRIC_WALL_S",
-    "RESULT_METRICS",
-    "SAVED_CONFIG_ARTIFACT",
-    "SCALING_GRID_ARTIFACT",
-    "SPEC_ARTIFACT",
-    "TAG_ALGORITHM",
-    "TAG_BEST_RUN_ID",
-    "TAG_BEST_TRIAL",
-    "TAG_BRANCH_FROM",
-    "TAG_BRANCH_NOTE",
-    "TAG_CHECKPOINT_NOTE",
-    "TAG_COMMAND",
-    "TAG_CORPUS",
-    "TAG_CUDA_VISIBLE_DEVICES",
-    "TAG_DEVICE",
-    "TAG_EXECUTOR",
-    "TAG_FAIL_REASON",
-    "TAG_HEARTBEAT",
-    "TAG_KIND",
-    "TAG_NOTE",
-    "TAG_OWNER",
-    "TAG_RESUMED_FROM",
-    "TAG_RETRAIN_OF",
-    "TAG_RETRAIN_OF_RUN",
-    "TAG_RETRY_OF",
-    "TAG_SAVED_TO",
-    "TAG_SPEC_HASH",
-    "TAG_STATE",
-    "TAG_TRIAL_NUMBER",
-    "TAG_TORCH_THREADS",
-    "TAG_TRUNCATED",
-    "TRAIN_EXPERIMENT",
-    "TRAIN_RUN_NAME",
-    "TRANSFER_ANALYSIS_ARTIFACT",
-    "TRANSFER_PLOTS_ARTIFACT_DIR",
-    "TRIALS_ARTIFACT",
-    "UI_MODEL_TRAINING",
-    "TrialState",
-    "cost_metrics",
-    "count_metric",
-    "mutation_key",
-    "retrain_run_name",
-    "run_name",
+    "ATTR_BEST_VAL_LOSS", "ATTR_CONSTRAINTS", "ATTR_HEARTBEAT", "ATTR_MLFLOW_RUN",
+    "ATTR_OWNER", "ATTR_PROGRESS", "ATTR_REASON", "ATTR_RETRY_OF", "ATTR_RUN_ID", "ATTR_STATE",
+    "BEST_CONFIG_ARTIFACT", "CONFIG_KEYS", "CONFIG_MEMBER", "CONFIG_RETRY_OF",
+    "CONFIG_TRIAL_NUMBER", "COST_METRICS", "EVAL_METRICS", "FAIL_REASON_ARTIFACT", "JOB_CODE",
+    "JOB_EXPERIMENT", "JOB_OUT", "JOB_SPEC", "JOB_STUDY", "JOB_TRACKING_URI",
+    "KIND_MODEL_TRAINING", "KIND_PROBE", "KIND_STUDY", "KIND_TRAIN", "LOSS_METRICS",
+    "METRIC_BASELINE", "METRIC_BEST_OVER_BASELINE", "METRIC_BEST_VAL_LOSS",
+    "METRIC_BRANCH_TOKENS", "METRIC_RESUMED_TOKENS", "METRIC_BUDGET_FLOPS",
+    "METRIC_FINAL_VAL_LOSS", "METRIC_FLOPS_PER_TOKEN", "METRIC_FLOPS_PER_TOKEN_DENSE",
+    "METRIC_FLOPS_PER_TOKEN_TRAIN", "METRIC_LR", "METRIC_MEM_ESTIMATE", "METRIC_MFU",
+    "METRIC_N_PARAMS", "METRIC_N_PARAMS_NON_EMBEDDING", "METRIC_N_TOKENS", "METRIC_TOKENS",
+    "METRIC_TOKENS_PER_PARAM", "METRIC_TOKENS_PER_S", "METRIC_TRAIN_FLOPS",
+    "METRIC_TRAIN_LOSS", "METRIC_TRIALS_RETRIED", "METRIC_VAL_BPB", "METRIC_VAL_LOSS",
+    "METRIC_WALL_S", "RESULT_METRICS", "SAVED_CONFIG_ARTIFACT", "SCALING_GRID_ARTIFACT",
+    "SPEC_ARTIFACT", "TAG_ALGORITHM", "TAG_BEST_RUN_ID", "TAG_BEST_TRIAL", "TAG_BRANCH_FROM",
+    "TAG_BRANCH_NOTE", "TAG_CHECKPOINT_NOTE", "TAG_COMMAND", "TAG_CORPUS",
+    "TAG_CUDA_VISIBLE_DEVICES", "TAG_DEVICE", "TAG_EXECUTOR", "TAG_EXPERIMENT_KIND",
+    "TAG_FAIL_REASON", "TAG_HEARTBEAT", "TAG_KIND", "TAG_NOTE", "TAG_OWNER",
+    "TAG_RESUMED_FROM", "TAG_RETRAIN_OF", "TAG_RETRAIN_OF_RUN", "TAG_RETRY_OF", "TAG_SAVED_TO",
+    "TAG_SEARCHED", "TAG_VIEW_PREFIX", "TAG_SPEC_HASH", "TAG_STATE", "TAG_TRIAL_NUMBER",
+    "TAG_TORCH_THREADS", "TAG_TRUNCATED", "TRAIN_EXPERIMENT", "TRAIN_RUN_NAME",
+    "TRANSFER_ANALYSIS_ARTIFACT", "TRANSFER_PLOTS_ARTIFACT_DIR", "TRIALS_ARTIFACT",
+    "UI_MODEL_TRAINING", "VIEW_KEY", "TrialState", "cost_metrics", "count_metric",
+    "mutation_key", "retrain_run_name", "run_name",
 ]
 
 
@@ -222,6 +150,13 @@ TAG_NOTE = "mlflow.note.content"
 #: The query of an MLflow 3 UI page that keeps it in the "Model training" views (runs, metrics);
 #: without it an experiment opens on the GenAI overview, which shows no runs.
 UI_MODEL_TRAINING = "workflowType=machine_learning"
+#: The parent run: the searched params, as the spec names them; the experiment: its kind in
+#: MLflow 3 (its pages' layout) and the saved view ``sweep ui`` opens (`sweep.tracking.view`).
+TAG_SEARCHED = "sweep.searched"
+TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
+KIND_MODEL_TRAINING = "custom_model_development"
+TAG_VIEW_PREFIX = "mlflow.sharedViewState."
+VIEW_KEY = "sweep-trials"
 #: Crash recovery (`sweep.study.resume`): the process running a trial (`sweep.tracking.owner`),
 #: its last heartbeat (Unix seconds), and on a retried trial the number of the one it retries.
 TAG_OWNER = "sweep.owner"
@@ -273,7 +208,8 @@ METRIC_BEST_VAL_LOSS = "best_val_loss"
 METRIC_TOKENS = "tokens"
 METRIC_BASELINE = "baseline_unigram_loss"
 METRIC_TOKENS_PER_S = "tokens_per_s"
-METRIC_LR = "lr"
+#: The schedule's learning rate at an evaluation (param ``train.lr`` is the peak); was ``lr``.
+METRIC_LR = "lr_now"
 METRIC_VAL_BPB = "val_bpb"
 METRIC_FINAL_VAL_LOSS = "final_val_loss"
 METRIC_TRAIN_FLOPS = "train_flops"
@@ -340,6 +276,8 @@ ATTR_BEST_VAL_LOSS = "sweep_best_val_loss"
 ATTR_PROGRESS = "sweep_progress"
 #: A trial's constraint values (<= 0 feasible), as Optuna samplers and the results read them.
 ATTR_CONSTRAINTS = "constraints"
+#: For optuna-dashboard: a trial's link to its MLflow run (`sweep.tracking.view.run_url`).
+ATTR_MLFLOW_RUN = "mlflow_run"
 #: Keys the Ray executor adds to a trial's config.
 CONFIG_TRIAL_NUMBER = "sweep.trial_number"
 CONFIG_MEMBER = "sweep.member"

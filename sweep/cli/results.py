@@ -107,8 +107,8 @@ def _load(study: str, tracking_uri: str | None) -> Any:
 def _columns(frame: Any, shown: Any) -> tuple[dict[str, str], dict[str, str]]:
     """The lead columns (always shown), and every column to show: ``{column: header}``.
 
-    The lead ones, the failure reason where a shown trial has one, then the model and train
-    fields whose values differ between trials.
+    The lead ones, the failure reason where a shown trial has one, then the searched params
+    as the spec names them, then the other model and train fields whose values differ.
     """
     from sweep.results import BEST_VAL_BPB, LOSS_OVER_BASELINE
 
@@ -119,8 +119,9 @@ def _columns(frame: Any, shown: Any) -> tuple[dict[str, str], dict[str, str]]:
         lead[BEST_VAL_BPB] = "bpb"
     lead.update({METRIC_FINAL_VAL_LOSS: "final val", "tokens": "tokens",
                  METRIC_N_PARAMS: "params", METRIC_FLOPS_PER_TOKEN: "FLOPs/tok"})
-    varied = {c: c.split(".", 1)[1] for c in frame.columns
-              if c.startswith(("model.", "train.")) and frame[c].astype(str).nunique() > 1}
+    varied = {c: c.split(".", 1)[1] for c in frame.attrs.get("searched", [])}
+    varied.update({c: c.split(".", 1)[1] for c in frame.columns if c not in varied
+                   and c.startswith(("model.", "train.")) and frame[c].astype(str).nunique() > 1})
     columns = {c: h for c, h in lead.items() if c in frame.columns}
     if "fail_reason" in frame.columns and shown["fail_reason"].notna().any():
         columns["fail_reason"] = "reason"
@@ -181,8 +182,10 @@ def ui(
                                     "background and return."),
     open_browser: bool = typer.Option(False, "--open", help="Also open the URL in this "
                                                             "machine's web browser."),
+    jobs: bool = typer.Option(False, "--jobs", help="Also run MLflow's GenAI job workers "
+                                                    "(LLM judges; 8 more processes)."),
 ) -> None:
-    """Serve the MLflow UI on a study's store, read-only, and print the URL of its runs table."""
+    """Serve the MLflow UI on a study's store, read-only, and print the URL of its trials."""
     from sweep.results import (
         Stopped,
         StudyNotFoundError,
@@ -192,7 +195,7 @@ def ui(
         stop_signals,
         stop_ui,
     )
-    from sweep.tracking import find_study, shown_uri
+    from sweep.tracking import find_study, read_landing_query, shown_uri
 
     uri, name = resolve_study(study or _latest_store())
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -207,13 +210,14 @@ def ui(
     found = find_study(uri, name)
     if found is None:  # resolve_study saw its parent run; the store has changed since
         raise StudyNotFoundError(f"no study {name!r} in {shown_uri(uri)}")
-    experiment_id = found[0]
+    experiment_id, parent_run_id = found
+    query = read_landing_query(uri, experiment_id, parent_run_id)
     # From here to the end a stop signal stops the server, even while it is starting.
     with stop_signals():
         proc = None
         try:
-            proc = start_ui(uri, host=host, port=port, read_only=True)
-            url = runs_view_url(f"http://{host}:{port}", experiment_id)
+            proc = start_ui(uri, host=host, port=port, read_only=True, job_execution=jobs)
+            url = runs_view_url(f"http://{host}:{port}", experiment_id, query)
             common.console.print(f"MLflow UI for study {name}: {url}", highlight=False,
                                  soft_wrap=True)
             if open_browser:

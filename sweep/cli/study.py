@@ -151,8 +151,7 @@ def _print_top_trials(summary: StudySummary, experiment: str, top: int = 5) -> N
     from sweep.tracking import mutated_params
 
     frame = load_results(experiment, tracking_uri=summary.tracking_uri)
-    searched = [c for c in frame.columns if c.startswith(("model.", "train."))
-                and frame[c].astype(str).nunique() > 1]
+    searched = frame.attrs["searched"]
     table = Table("trial", "state", "best val_loss", METRIC_N_PARAMS, "searched params",
                   title=f"top trials of {summary.name}")
     mutated = mutated_params(summary.tracking_uri, list(frame.head(top)["run_id"]))

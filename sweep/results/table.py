@@ -205,7 +205,8 @@ def load_results(study_or_dir: str | Path, tracking_uri: str | None = None) -> p
     ``frame.attrs`` holds ``tracking_uri``, ``study``, ``experiment_id``, ``parent_run_id``,
     ``baseline_unigram_loss`` (the corpus's unigram baseline, nats per token; NaN if the study
     logged none), ``baseline_about`` (`BASELINE_ABOUT`, what that number is) and
-    ``byte_level`` (whether the trials logged ``val_bpb``, so ``best_val_bpb`` is filled).
+    ``byte_level`` (whether the trials logged ``val_bpb``, so ``best_val_bpb`` is filled) and
+    ``searched`` (the param columns the study searched, as its spec names them: `searched`).
 
     Raises:
         StudyNotFoundError: If no such study exists (see `resolve_study`).
@@ -214,7 +215,23 @@ def load_results(study_or_dir: str | Path, tracking_uri: str | None = None) -> p
     frame = trials_frame(trials, baseline=attrs[METRIC_BASELINE])
     frame.attrs.update(attrs, baseline_about=BASELINE_ABOUT,
                        byte_level=any(METRIC_VAL_BPB in t["metrics"] for t in trials))
+    frame.attrs["searched"] = searched(frame, tracking.read_searched(attrs["tracking_uri"],
+                                                                     attrs["parent_run_id"]))
     return frame
+
+
+def searched(frame: pd.DataFrame, names: list[str] | None) -> list[str]:
+    """The param columns of ``frame`` a study searched.
+
+    Args:
+        frame: `trials_frame`'s table.
+        names: The study's searched params (tag ``sweep.searched``); None for a study from
+            before the tag, whose ``model.*`` and ``train.*`` columns that vary are taken.
+    """
+    if names is not None:
+        return [name for name in names if name in frame.columns]
+    return [c for c in frame.columns if c.startswith(("model.", "train."))
+            and frame[c].astype(str).nunique() > 1]
 
 
 def read_study(study_or_dir: str | Path,

@@ -20,15 +20,15 @@ from sweep.schema import UI_MODEL_TRAINING
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def runs_view_url(base_url: str, experiment_id: str) -> str:
-    """The MLflow UI's runs table of an experiment.
+def runs_view_url(base_url: str, experiment_id: str, query: str = UI_MODEL_TRAINING) -> str:
+    """The MLflow UI's runs table of an experiment, with ``query`` after it.
 
     MLflow 3 opens ``#/experiments/<id>`` on its GenAI overview (traces, no runs); the runs
     table needs ``workflowType=machine_learning`` (checked in a fresh Chromium profile on
-    MLflow 3.17).
+    MLflow 3.17). ``query``: `sweep.tracking.view.landing_query`'s, a study's trials.
     """
     base = base_url.rstrip("/")
-    return f"{base}/#/experiments/{experiment_id}/runs?{UI_MODEL_TRAINING}"
+    return f"{base}/#/experiments/{experiment_id}/runs?{query}"
 
 
 class Stopped(Exception):
@@ -84,16 +84,18 @@ def ui_command(tracking_uri: str, *, host: str = "127.0.0.1", port: int = 5000,
 
 
 #: MLflow's GenAI job runner (judges, trace roll-ups; ``mlflow.server.jobs``), a second process
-#: importing all of MLflow beside the server: nothing of a training study uses it, and without
-#: it the server answers in about 60% of the time (11.7 s against 20.2 s on a loaded 2-core
-#: machine). A value already in the environment is kept.
-JOB_EXECUTION = ("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+#: importing all of MLflow beside the server, with workers of its own: nothing of a training
+#: study uses it. Without it the server answers in about 60% of the time (11.7 s against 20.2 s
+#: on a loaded 2-core machine); the issue measured 2 processes and 490 MB against 10 and 2.4 GB.
+JOB_EXECUTION = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 
 
-def ui_env() -> dict[str, str]:
-    """The environment of ``mlflow server``: this process's, `JOB_EXECUTION` off unless set."""
-    name, value = JOB_EXECUTION
-    return {name: value, **os.environ}
+def ui_env(job_execution: bool = False) -> dict[str, str]:
+    """The environment of ``mlflow server``: this process's, with `JOB_EXECUTION` set.
+
+    Off unless ``job_execution``; a value already in the environment is kept.
+    """
+    return {JOB_EXECUTION: "true" if job_execution else "false", **os.environ}
 
 
 def start_ui(
@@ -104,10 +106,11 @@ def start_ui(
     timeout_s: float = 90.0,
     log_path: Path | None = None,
     read_only: bool = False,
+    job_execution: bool = False,
 ) -> subprocess.Popen:
     """Start the MLflow UI for a store in its own process group and wait until it answers.
 
-    MLflow's job runner stays off (`JOB_EXECUTION`).
+    MLflow's job runner stays off unless ``job_execution`` (`JOB_EXECUTION`).
 
     Args:
         tracking_uri: Store to serve.
@@ -116,6 +119,7 @@ def start_ui(
         timeout_s: Seconds to wait for ``GET /health``.
         log_path: File for the server's output (default: discarded).
         read_only: Serve a SQLite store read-only (`ui_command`).
+        job_execution: Start MLflow's GenAI job runner too (`ui_env`).
 
     Returns:
         The server process; stop it with `stop_ui`.
@@ -129,7 +133,7 @@ def start_ui(
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        env=ui_env(),
+        env=ui_env(job_execution),
     )
     url = f"http://{host}:{port}/health"
     deadline = time.monotonic() + timeout_s

@@ -279,7 +279,8 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
         _printer(None)(f"note: {rebuilt}")
     tracker = StudyTracker.start(uri, spec.tracking.experiment or spec.name, _stored_spec(spec),
                                  executor=spec.search.executor, algorithm=algorithm_name(spec),
-                                 resume=True, spec_hash=spec_hash(spec), command=command)
+                                 resume=True, spec_hash=spec_hash(spec), command=command,
+                                 searched=[p.path for p in spec.searched()])
     with tracker:
         tracker.log_corpus(corpus.describe(), corpus.baseline_unigram_loss)
         # A trial keeps its run's writes in the study folder while the store does not answer.

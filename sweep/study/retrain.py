@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sweep.folder import StudyFolder, find_store
-from sweep.params import unflatten_params
+from sweep.params import config_params, unflatten_params
 from sweep.schema import METRIC_BEST_VAL_LOSS, METRIC_TOKENS, TrialState
 from sweep.train.command import TrainBase
 from sweep_models.errors import ConfigError
@@ -190,7 +190,7 @@ def from_study(study_dir: str, trial: int | None = None,
             raise ConfigError(f"--trial {trial}: study {name} has no trial {trial} (its "
                               f"trials: {', '.join(map(str, numbers)) or 'none'})")
         chosen = matching[-1]
-    config = unflatten_params(chosen["params"])
+    config = unflatten_params(config_params(chosen["params"]))
     if not isinstance(config.get("model"), dict) or not isinstance(config.get("train"), dict):
         raise ConfigError(f"--trial {chosen['trial']}: trial {chosen['trial']} of {name} "
                           f"({chosen['state']}) logged no resolved config to train again")

@@ -197,7 +197,9 @@ def open_trial(
 ) -> OpenTrial | TrialOutcome:
     """Open trial ``number``'s run and price its config; record it if it cannot train.
 
-    Params are the resolved configs under flat dotted keys (``model.d_model``, ``train.lr``);
+    Params are the resolved configs under flat dotted keys (``model.d_model``, ``train.lr``),
+    and beside them the sampled params the configs hold under other names, as the spec writes
+    them (``model.d_head``, ``model.d_ff_ratio``: `sweep.tracking.TrialRun.log_searched`);
     the cost metrics are `sweep_models.cost.estimate`'s (through `sweep.space.check_constraints`,
     with the memory of the device the trial runs on). A feasible trial sets this process's torch
     threads to `trial_threads` and records them (tag ``sweep.torch_threads``).
@@ -207,7 +209,8 @@ def open_trial(
         number: Trial number.
         configs: The trial's resolved configs, or the `ConfigError` the search space raised
             for an invalid combination (recorded as ``INFEASIBLE``).
-        raw_params: The sampled params, logged when ``configs`` is an error.
+        raw_params: The sampled params (dotted spec paths), logged as they are when
+            ``configs`` is an error, else where the resolved configs do not hold them.
         retry_of: The number of the interrupted trial this one retries (tag
             ``sweep.retry_of``), or None.
         heartbeat: Called with each beat of the run's heartbeat (the executor's own record
@@ -251,6 +254,7 @@ def _open_trial(ctx: StudyContext, number: int,
             run.log_costs(metrics)
         if params:
             run.log_params(params)
+        run.log_searched(raw_params or {})
         constraints = space.constraint_values(
             ctx.spec, cost, memory_limit_bytes=space.memory_limit_bytes(ctx.spec, device))
         if not ok:

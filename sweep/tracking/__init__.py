@@ -3,7 +3,7 @@
 `StudyTracker` (``study_run``) is the study's parent run, `TrialContext` (``trial_context``)
 opens, attaches, reads and ends its trials' child runs, `TrialRun` (``trial_run``) writes one,
 ``reader`` reads runs back, ``artifacts`` adds an analysis's files to a run and reads a study's
-stored spec, ``uris`` handles store addresses.
+stored spec, ``uris`` handles store addresses, ``view`` the runs table MLflow's UI opens on.
 Every write names its run id explicitly, so trials in threads, processes or Ray workers on
 other machines do not collide.
 """
@@ -14,6 +14,7 @@ from sweep.tracking.artifacts import (
     log_files,
     log_json,
     read_parent_metrics,
+    read_searched,
     read_stored_spec,
 )
 from sweep.tracking.reader import (
@@ -35,6 +36,7 @@ from sweep.tracking.uris import (
     default_tracking_uri,
     shown_uri,
 )
+from sweep.tracking.view import read_landing_query, run_url, save_view, study_view
 
 __all__ = [
     "ResumeError",
@@ -55,9 +57,14 @@ __all__ = [
     "log_files",
     "log_json",
     "mutated_params",
+    "read_landing_query",
     "read_parent_metrics",
+    "read_searched",
     "read_stored_spec",
     "read_trials",
+    "run_url",
+    "save_view",
     "shown_uri",
+    "study_view",
     "val_loss_histories",
 ]

@@ -16,6 +16,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from sweep.errors import InputError
+from sweep.schema import TAG_SEARCHED
 from sweep.tracking.stores import reading_uri, relocate_artifacts
 from sweep.tracking.study_run import load_stored_spec
 
@@ -74,3 +75,13 @@ def read_stored_spec(tracking_uri: str, run_id: str) -> dict[str, Any]:
 def read_parent_metrics(tracking_uri: str, run_id: str) -> dict[str, float]:
     """The latest value of each metric a study's parent run ``run_id`` logged."""
     return dict(MlflowClient(reading_uri(tracking_uri)).get_run(run_id).data.metrics)
+
+
+def read_searched(tracking_uri: str, run_id: str) -> list[str] | None:
+    """The params a study searched (tag ``sweep.searched`` of its parent run ``run_id``).
+
+    None for a study from before the tag.
+    """
+    tags = MlflowClient(reading_uri(tracking_uri)).get_run(run_id).data.tags
+    text = tags.get(TAG_SEARCHED)
+    return None if text is None else [name for name in text.split(",") if name]

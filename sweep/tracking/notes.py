@@ -3,8 +3,10 @@
 MLflow keeps a description in tag ``mlflow.note.content`` (`sweep.schema.TAG_NOTE`) of the
 experiment or the run. The experiment's says what the study is and how it was made; the
 parent run's holds what a researcher looks for first: the best trial and its loss against the
-unigram baseline, the trials per state, the corpus and the search. Pure functions of what the
-tracker knows, so the text is tested without a store.
+unigram baseline, the trials per state, the corpus and the search. A trial run's says its state
+and why in one line, which the runs table shows in its Description column beside the run's
+name (where MLflow's status icon shows PRUNED and COMPLETE alike as finished). Pure functions
+of what the tracker knows, so the text is tested without a store.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def experiment_note(study: str, spec_hash: str, command: str | None,
     lines.append("")
     lines.append(f"The run **{study}** holds the study's summary (best trial, trials per state, "
                  "`trials.csv`, `best_config.yaml`, `plots/`); its nested `trial-<n>` runs are "
-                 "the trials, one each (expand it in the runs table).")
+                 "the trials, one each, their state and its reason in their description.")
     return "\n".join(lines)
 
 
@@ -86,3 +88,20 @@ def parent_note(study: str, *, state: TrialState, counts: Mapping[str, int],
     if executor or algorithm:
         lines.append(f"- search: {' '.join(x for x in (executor, algorithm) if x)}")
     return "\n".join(lines)
+
+
+def trial_note(state: TrialState, *, tokens: int = -1, reason: str | None = None) -> str:
+    """A trial run's description: its state, where it stopped, and why (one line).
+
+    Args:
+        state: The trial's final state.
+        tokens: Tokens trained at its last evaluation (-1: none), shown for a trial that
+            stopped before its budget (every state but ``COMPLETE``).
+        reason: Why it ended so (tag ``sweep.fail_reason``), if any.
+    """
+    line = state.value
+    if tokens >= 0 and state is not TrialState.COMPLETE:
+        line += f" at {tokens:,} tokens"
+    if reason:
+        line += f": {reason}"
+    return line

@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -23,10 +23,11 @@ from mlflow.entities import Metric, Run, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
-from sweep.params import unflatten_params
+from sweep.params import config_params, unflatten_params
 from sweep.redact import redact, remember
 from sweep.schema import (
     BEST_CONFIG_ARTIFACT,
+    KIND_MODEL_TRAINING,
     KIND_STUDY,
     METRIC_BASELINE,
     METRIC_BEST_OVER_BASELINE,
@@ -39,9 +40,11 @@ from sweep.schema import (
     TAG_COMMAND,
     TAG_CORPUS,
     TAG_EXECUTOR,
+    TAG_EXPERIMENT_KIND,
     TAG_FAIL_REASON,
     TAG_KIND,
     TAG_NOTE,
+    TAG_SEARCHED,
     TAG_SPEC_HASH,
     TAG_STATE,
     TRIALS_ARTIFACT,
@@ -56,6 +59,7 @@ from sweep.tracking.stores import artifact_root, ensure_store, relocate_artifact
 from sweep.tracking.trial_context import TrialContext
 from sweep.tracking.trial_run import TrialRun, finite, finite_float, now_ms
 from sweep.tracking.uris import absolute_uri, sqlite_path
+from sweep.tracking.view import save_view
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +90,12 @@ def _corpus_uri(spec: Mapping[str, Any]) -> str | None:
 
 
 def _describe_experiment(client: MlflowClient, experiment_id: str, study_name: str,
-                         digest: str, command: str | None) -> None:
-    """Write the experiment's description; the command that created it is kept across resumes."""
+                         digest: str, command: str | None,
+                         view: tuple[str, Sequence[str]]) -> None:
+    """Write the experiment's description, its kind and its saved view (`save_view` of ``view``).
+
+    The command that created it is kept across resumes.
+    """
     tags = client.get_experiment(experiment_id).tags
     made_by = tags.get(TAG_COMMAND)
     command = redact(command) if command else command
@@ -96,6 +104,39 @@ def _describe_experiment(client: MlflowClient, experiment_id: str, study_name: s
     note = experiment_note(study_name, digest, made_by or command,
                            resumed_by=command if made_by else None)
     client.set_experiment_tag(experiment_id, TAG_NOTE, note)
+    if TAG_EXPERIMENT_KIND not in tags:  # the UI's pages open in its model-training layout
+        client.set_experiment_tag(experiment_id, TAG_EXPERIMENT_KIND, KIND_MODEL_TRAINING)
+    save_view(client, experiment_id, *view)
+
+
+def _check_resume(client: MlflowClient, parent: Run, spec: dict[str, Any], digest: str,
+                  tracking_uri: str, experiment_id: str, study_name: str) -> None:
+    """Reopen ``parent`` to resume: the spec checked, the run RUNNING again.
+
+    The stored spec is kept in ``spec_history/`` when it changed; a stale reason is removed.
+
+    Raises:
+        ResumeError: `check_resume_compatible` refuses the new spec, or the parent holds trials
+            but no stored spec.
+    """
+    run_id = parent.info.run_id
+    old_digest = parent.data.tags.get(TAG_SPEC_HASH, "unknown")
+    try:
+        old_spec = load_stored_spec(client, run_id, tracking_uri)
+    except MlflowException:
+        old_spec = None
+    if old_spec is None:  # killed between creating the parent and logging its spec
+        if read_trials(tracking_uri, experiment_id, run_id):
+            raise ResumeError(f"cannot resume {study_name}: its parent run {run_id} "
+                              f"holds trials but no {SPEC_ARTIFACT} to compare the "
+                              "spec with; start a new study (another name or --out)")
+    for note in check_resume_compatible(old_spec or spec, spec):
+        log.warning("resuming %s with a changed spec: %s", study_name, note)
+    if old_spec is not None and old_digest != digest:
+        client.log_text(run_id, yaml.safe_dump(old_spec), f"spec_history/{old_digest}.yaml")
+    client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+    if TAG_FAIL_REASON in parent.data.tags:  # why the last run stopped, now stale
+        client.delete_tag(run_id, TAG_FAIL_REASON)
 
 
 class StudyTracker:
@@ -132,6 +173,7 @@ class StudyTracker:
         resume: bool = False,
         spec_hash: str | None = None,
         command: str | None = None,
+        searched: Sequence[str] = (),
     ) -> StudyTracker:
         """Create the study's experiment and parent run, or reopen the latest one to resume.
 
@@ -148,10 +190,11 @@ class StudyTracker:
                 the canonical JSON of ``spec``.
             command: The command line that started the study (tag ``sweep.command``; the
                 experiment's description names the one that created it), or None.
+            searched: The searched params as the spec names them (tag ``sweep.searched``).
 
-        The experiment gets its description (`sweep.tracking.notes.experiment_note`), the
-        parent run tag ``sweep.corpus`` (``spec``'s ``data`` URI) and a description that
-        `finish` replaces with the summary.
+        The experiment gets its description and its saved view of the trials
+        (`_describe_experiment`), the parent run tag ``sweep.corpus`` (``spec``'s ``data``
+        URI) and a description that `finish` replaces with the summary.
 
         Raises:
             ResumeError: When resuming and `check_resume_compatible` refuses the new spec.
@@ -173,33 +216,19 @@ class StudyTracker:
             tags[TAG_CORPUS] = corpus[:MAX_TAG_VAL_LENGTH]
         if command:
             tags[TAG_COMMAND] = command[:MAX_TAG_VAL_LENGTH]
+        tags[TAG_SEARCHED] = ",".join(searched)[:MAX_TAG_VAL_LENGTH]
         if parent is None:
             tags.update({TAG_KIND: KIND_STUDY, TAG_STATE: TrialState.RUNNING.value})
             run = client.create_run(experiment_id, tags=tags, run_name=study_name)
             run_id = run.info.run_id
         else:
             run_id = parent.info.run_id
-            old_digest = parent.data.tags.get(TAG_SPEC_HASH, "unknown")
-            try:
-                old_spec = load_stored_spec(client, run_id, tracking_uri)
-            except MlflowException:
-                old_spec = None
-            if old_spec is None:  # killed between creating the parent and logging its spec
-                if read_trials(tracking_uri, experiment_id, run_id):
-                    raise ResumeError(f"cannot resume {study_name}: its parent run {run_id} "
-                                      f"holds trials but no {SPEC_ARTIFACT} to compare the "
-                                      "spec with; start a new study (another name or --out)")
-            for note in check_resume_compatible(old_spec or spec, spec):
-                log.warning("resuming %s with a changed spec: %s", study_name, note)
-            if old_spec is not None and old_digest != digest:
-                client.log_text(run_id, yaml.safe_dump(old_spec), f"spec_history/{old_digest}.yaml")
-            client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
-            if TAG_FAIL_REASON in parent.data.tags:  # why the last run stopped, now stale
-                client.delete_tag(run_id, TAG_FAIL_REASON)
+            _check_resume(client, parent, spec, digest, tracking_uri, experiment_id, study_name)
             tags[TAG_STATE] = TrialState.RUNNING.value
             client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         client.log_text(run_id, yaml.safe_dump(spec, sort_keys=False), SPEC_ARTIFACT)
-        _describe_experiment(client, experiment_id, study_name, digest, command)
+        _describe_experiment(client, experiment_id, study_name, digest, command,
+                             (run_id, searched))
         return cls(tracking_uri, experiment_id, run_id)
 
     def start_trial(self, number: int, params: Mapping[str, Any] | None = None) -> TrialRun:
@@ -322,7 +351,7 @@ class StudyTracker:
     def _log_best_config(self, best: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
         """Save the best trial's config (``data`` first) as ``best_config.yaml``."""
         best_config = {**({"data": dict(data)} if data else {}),
-                       **unflatten_params(best["params"])}
+                       **unflatten_params(config_params(best["params"]))}
         config = yaml.safe_dump(best_config, sort_keys=False)
         self.client.log_text(self.parent_run_id, config, BEST_CONFIG_ARTIFACT)
 

@@ -43,6 +43,7 @@ from sweep.schema import (
     TAG_DEVICE,
     TAG_FAIL_REASON,
     TAG_HEARTBEAT,
+    TAG_NOTE,
     TAG_STATE,
     TAG_TRUNCATED,
     TrialState,
@@ -51,6 +52,7 @@ from sweep.schema import (
 )
 from sweep.tracking.buffer import BufferedClient
 from sweep.tracking.faults import infrastructure_fault
+from sweep.tracking.notes import trial_note
 from sweep.tracking.owner import Heartbeat
 
 T = TypeVar("T")
@@ -238,6 +240,16 @@ class TrialRun:
         tags = [RunTag(TAG_TRUNCATED, ",".join(truncated))] if truncated else []
         self._log(params=params, tags=tags)
 
+    def log_searched(self, params: Mapping[str, Any]) -> None:
+        """Log the sampled params (dotted spec paths) that no param logged so far holds.
+
+        The resolved config names what the spec derives (``model.n_heads``, ``model.d_ff``);
+        the params the user searched keep their own names beside it (``model.d_head``,
+        ``model.d_ff_ratio``, ``model.preset``), so the run shows what was searched.
+        """
+        self.log_params({k: v for k, v in flatten_params(params).items()
+                         if k not in self._params})
+
     def log_initial_params(self, params: Mapping[str, Any]) -> None:
         """`log_params` on a run just created; a refused param ends the run ``FAILED``.
 
@@ -333,7 +345,8 @@ class TrialRun:
         ``detail`` (a traceback) go to artifact ``fail_reason.txt``. A DIVERGED run's loss
         metrics (`sweep.schema.LOSS_METRICS` it logged) get one nan at the step it diverged
         (its result's tokens, and after its last finite ``val_loss``), so their latest value,
-        the one ``search_runs(order_by=...)`` sorts by, is not its last finite loss.
+        the one ``search_runs(order_by=...)`` sorts by, is not its last finite loss. The run's
+        description (`sweep.tracking.notes.trial_note`) says the state and the reason.
 
         Raises:
             ValueError: For an unknown state.
@@ -357,6 +370,9 @@ class TrialRun:
         reason = fail_reason or (detail.strip().splitlines()[-1] if detail else None)
         if reason:
             reason = redact(reason)
+        note = trial_note(state, tokens=self.last_step, reason=reason)
+        tags.append(RunTag(TAG_NOTE, note[:MAX_TAG_VAL_LENGTH]))
+        if reason:
             if len(reason) > MAX_TAG_VAL_LENGTH or detail:
                 full = reason + ("\n\n" + redact(detail) if detail else "")
                 self.client.log_text(self.run_id, full, FAIL_REASON_ARTIFACT)

@@ -16,7 +16,13 @@ from typing import Any
 
 from sweep.data import Corpus, load_corpus
 from sweep.folder import StudyFolder
-from sweep.schema import METRIC_TOKENS_PER_S, METRIC_TRAIN_LOSS, METRIC_VAL_BPB, METRIC_VAL_LOSS
+from sweep.schema import (
+    METRIC_LR,
+    METRIC_TOKENS_PER_S,
+    METRIC_TRAIN_LOSS,
+    METRIC_VAL_BPB,
+    METRIC_VAL_LOSS,
+)
 from sweep.train.config import BUDGET_FIELDS, TrainConfig
 from sweep.train.trainer import Reporter, Trainer, TrialResult
 from sweep_models.config import ModelConfig
@@ -212,9 +218,11 @@ class PrintReporter(Reporter):
         if self.also is not None:
             self.also.report(tokens, metrics)
         parts = [f"tokens {tokens:>10,}"]
-        for key in (METRIC_VAL_LOSS, METRIC_VAL_BPB, METRIC_TRAIN_LOSS, "lr", METRIC_TOKENS_PER_S):
+        for key in (METRIC_VAL_LOSS, METRIC_VAL_BPB, METRIC_TRAIN_LOSS, METRIC_LR,
+                    METRIC_TOKENS_PER_S):
             if key in metrics:
-                fmt = ".3g" if key == "lr" else (",.0f" if key == METRIC_TOKENS_PER_S else ".4f")
+                fmt = (".3g" if key == METRIC_LR
+                       else ",.0f" if key == METRIC_TOKENS_PER_S else ".4f")
                 parts.append(f"{key} {metrics[key]:{fmt}}")
         self.emit("  ".join(parts))
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -26,26 +27,32 @@ from sweep.executors.optuna.storage import make_storage
 from sweep.schema import (
     ATTR_BEST_VAL_LOSS,
     ATTR_HEARTBEAT,
+    ATTR_MLFLOW_RUN,
     ATTR_OWNER,
     ATTR_PROGRESS,
     ATTR_REASON,
     ATTR_RETRY_OF,
     ATTR_RUN_ID,
     ATTR_STATE,
+    METRIC_BEST_VAL_LOSS,
+    METRIC_FLOPS_PER_TOKEN,
+    METRIC_FLOPS_PER_TOKEN_TRAIN,
+    METRIC_N_PARAMS,
     METRIC_VAL_LOSS,
     TrialState,
 )
 from sweep.study import policy
-from sweep.study.trial import StudyContext, evaluate
+from sweep.study.trial import StudyContext, TrialOutcome, evaluate
 from sweep.tracking.faults import InfrastructureError, infrastructure_fault
 from sweep.tracking.owner import current_owner
+from sweep.tracking.view import run_url
 from sweep_models.errors import required
 
 if TYPE_CHECKING:
     from sweep.train.config import TrainConfig
     from sweep_models.config import ModelConfig
 
-__all__ = ["OptunaReporter", "create_study", "optimize", "trial_state"]
+__all__ = ["OptunaReporter", "create_study", "metric_names", "optimize", "trial_state"]
 
 
 class OptunaReporter:
@@ -120,6 +127,7 @@ def _objective(ctx: StudyContext) -> Any:
                            heartbeat=lambda: trial.set_user_attr(ATTR_HEARTBEAT, time.time()))
         trial.set_user_attr(ATTR_STATE, outcome.state.value)
         trial.set_user_attr(ATTR_RUN_ID, outcome.run_id)
+        _show(trial, ctx, outcome)
         if outcome.reason:
             trial.set_user_attr(ATTR_REASON, outcome.reason[:500])
         if math.isfinite(outcome.best_val_loss):
@@ -137,6 +145,24 @@ def _objective(ctx: StudyContext) -> Any:
         return told.value(len(spec.search.objectives))
 
     return objective
+
+
+def _show(trial: optuna.Trial, ctx: StudyContext, outcome: TrialOutcome) -> None:
+    """What optuna-dashboard shows of a trial: its size and cost, a link to its MLflow run."""
+    for name in (METRIC_N_PARAMS, METRIC_FLOPS_PER_TOKEN, METRIC_FLOPS_PER_TOKEN_TRAIN):
+        if math.isfinite(outcome.cost.get(name, math.nan)):
+            trial.set_user_attr(name, outcome.cost[name])
+    if outcome.run_id:
+        trial.set_user_attr(ATTR_MLFLOW_RUN, run_url(ctx.tracking.tracking_uri,
+                                                     ctx.tracking.experiment_id, outcome.run_id))
+
+
+def metric_names(objectives: list[str]) -> list[str]:
+    """The names optuna-dashboard gives a study's objective values (`sweep.study.policy`).
+
+    ``val_loss`` is told as the trial's best val loss, so it is named ``best_val_loss``.
+    """
+    return [METRIC_BEST_VAL_LOSS if name == METRIC_VAL_LOSS else name for name in objectives]
 
 
 class _NoInterruptTracebacks(logging.Filter):
@@ -158,14 +184,17 @@ logging.getLogger(private.OPTIMIZE_LOGGER).addFilter(_NoInterruptTracebacks())
 
 
 def create_study(ctx: StudyContext, *, seed_offset: int = 0) -> optuna.Study:
-    """Create or load the study in its storage, with the spec's sampler and pruner."""
+    """Create or load the study in its storage, with the spec's sampler and pruner.
+
+    Its objective values are named (`metric_names`), which optuna-dashboard shows.
+    """
     spec = ctx.spec
     if seed_offset:
         spec = spec.model_copy(
             update={"search": spec.search.model_copy(update={"seed": spec.search.seed
                                                               + seed_offset})})
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.create_study(
+    study = optuna.create_study(
         study_name=ctx.spec.name,
         storage=make_storage(ctx.spec.storage_url(ctx.out_dir)),
         sampler=space.make_sampler(spec),
@@ -173,6 +202,12 @@ def create_study(ctx: StudyContext, *, seed_offset: int = 0) -> optuna.Study:
         directions=list(required("search.directions", spec.search.directions)),
         load_if_exists=True,
     )
+    names = metric_names(list(spec.search.objectives))
+    if study.metric_names != names:
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, still in 5.1
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(names)
+    return study
 
 
 def optimize(study: optuna.Study, ctx: StudyContext, n_trials: int) -> None:

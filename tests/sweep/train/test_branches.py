@@ -35,7 +35,7 @@ def alone(corpus):
 
 def _curve(result):
     """The evaluations without throughput (timing noise)."""
-    return [(h["tokens"], h["val_loss"], h["train_loss"], h["lr"]) for h in result.history]
+    return [(h["tokens"], h["val_loss"], h["train_loss"], h["lr_now"]) for h in result.history]
 
 
 def _end(result):

@@ -21,7 +21,7 @@ def corpus(tmp_path_factory):
 
 
 def _curve(result):
-    return [(h["tokens"], h["val_loss"], h["train_loss"], h["lr"]) for h in result.history]
+    return [(h["tokens"], h["val_loss"], h["train_loss"], h["lr_now"]) for h in result.history]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_pbt_exploit_and_explore(corpus, tmp_path):
     member.set_hparams(lr=4e-3)
     r = member.train(until_tokens=4096)
     # the reported lr is the new peak times the schedule (past warmup, cosine decay)
-    assert 0.1 * 4e-3 < r.history[-1]["lr"] < 4e-3
+    assert 0.1 * 4e-3 < r.history[-1]["lr_now"] < 4e-3
     assert all(math.isfinite(h["val_loss"]) for h in r.history)
 
 

@@ -70,11 +70,11 @@ def test_metrics_result_fields_and_reports(markov):
     assert [t for t, _ in rec.reports] == [2048, 4096, 6144, 8192]
     assert [h["tokens"] for h in result.history] == [2048, 4096, 6144, 8192]
     for (_, m), h in zip(rec.reports, result.history, strict=True):
-        assert set(m) == {"val_loss", "train_loss", "tokens_per_s", "lr"}
+        assert set(m) == {"val_loss", "train_loss", "tokens_per_s", "lr_now"}
         assert m == {k: v for k, v in h.items() if k != "tokens"}
         assert m["tokens_per_s"] > 0
-    assert rec.reports[0][1]["lr"] == pytest.approx(1e-3 * 2048 / 2048)  # end of warmup
-    assert rec.reports[-1][1]["lr"] == pytest.approx(1e-4)  # min_lr_ratio at the end
+    assert rec.reports[0][1]["lr_now"] == pytest.approx(1e-3 * 2048 / 2048)  # end of warmup
+    assert rec.reports[-1][1]["lr_now"] == pytest.approx(1e-4)  # min_lr_ratio at the end
     assert result.tokens == 8192 and result.steps == 32
     assert result.best_val_loss == min(h["val_loss"] for h in result.history)
     assert result.final_val_loss == result.history[-1]["val_loss"]
