@@ -206,8 +206,8 @@ def worker(
     The study must have been started (``sweep run``) with storage and tracking that this
     machine reaches (an RDB ``search.storage`` and an MLflow server ``tracking.uri``, or a
     shared file system). Its spec must be one the stored study can continue under, as ``sweep
-    run`` requires to resume (`sweep.spec.check_resume_compatible` against the parent run's
-    ``spec.yaml``). Exits 2, adding no trial, when it is not, or when the study is not found.
+    run`` requires to resume (checked against the ``spec.yaml`` of the study's parent run).
+    Exits 2, adding no trial, when it is not, or when the study is not found.
     """
     spec = load_study_spec(spec_path, "optuna")
     if spec.kind.trials_from is not None:
@@ -286,13 +286,13 @@ def sync(
 ) -> None:
     """Send the trial results kept in STUDY_DIR while the tracking store did not answer.
 
-    A trial whose MLflow writes failed kept them in ``STUDY_DIR/mlflow-buffer``
-    (`sweep.tracking.buffer`); this sends them, in order, into the runs they belong to (no run
-    is created, so none is doubled) and deletes what was sent, saying how many writes of each
-    run it sent. Only files a trial of this study wrote and signed are sent; any other file
-    there gets a note and is left as it is. ``sweep run`` does the same when it resumes. Exits
-    0 when everything was sent, 3 when the store still does not answer (what was not sent
-    stays), 1 when the store refused a run's writes for another reason.
+    A trial whose MLflow writes failed kept them in ``STUDY_DIR/mlflow-buffer``; this sends
+    them, in order, into the runs they belong to (no run is created, so none is doubled) and
+    deletes what was sent, saying how many writes of each run it sent. Only files a trial of
+    this study wrote and signed are sent; any other file there gets a note and is left as it
+    is. ``sweep run`` does the same when it resumes. Exits 0 when everything was sent, 3 when
+    the store still does not answer (what was not sent stays), 1 when the store refused a
+    run's writes for another reason.
     """
     if not Path(study_dir).is_dir():
         bad_input(f"STUDY_DIR {study_dir}: not a folder")
