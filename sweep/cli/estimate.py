@@ -26,6 +26,27 @@ def _choice(name: str, value: str, choices: tuple[_Choice, ...]) -> _Choice:
     return choices[choices.index(value)]
 
 
+def _auto_device(value: str, devices: tuple[str, ...]) -> str:
+    """``--device``: ``auto`` read as `sweep.train.hardware.pick_device` reads it.
+
+    ``cuda`` where torch finds a CUDA device, else ``cpu``; any other value as given. Torch is
+    loaded only where a CUDA driver is present (`sweep.train.cuda_probe`).
+
+    Raises:
+        ConfigError: ``value`` is neither ``auto`` nor one of ``devices``.
+    """
+    value = _choice("device", value, ("auto", *devices))
+    if value != "auto":
+        return value
+    from sweep.train.cuda_probe import no_cuda_driver
+
+    if no_cuda_driver():
+        return "cpu"
+    from sweep.train.hardware import pick_device
+
+    return pick_device("auto").type
+
+
 @app.command("estimate")
 def estimate_cmd(
     preset: str = typer.Option("gpt2", help="Model preset to start from."),
@@ -39,7 +60,8 @@ def estimate_cmd(
     optimizer: str = typer.Option("adamw", help="adamw, or sgd (with momentum)."),
     attn_backend: str = typer.Option(None, "--attn-backend",
                                      help="auto, sdpa, flex or math (default: the config's)."),
-    device: str = typer.Option("cuda", help="cuda or cpu: which kernels the estimate assumes."),
+    device: str = typer.Option("auto", help="Whose kernels the estimate assumes: cuda, cpu, or "
+                               "auto (cuda where this machine has a CUDA device, else cpu)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Parameters, FLOPs per token and training memory of a model, without building it."""
@@ -59,7 +81,7 @@ def estimate_cmd(
         optimizer=_choice("optimizer", optimizer, optimizers),
         attn_backend=None if attn_backend is None else _choice("attn_backend", attn_backend,
                                                                backends),
-        device=_choice("device", device, devices))
+        device=_choice("device", _auto_device(device, devices), devices))
     if as_json:
         typer.echo(json.dumps({"preset": preset, "config": config.to_dict(), **est.to_dict()}))
         return
