@@ -20,11 +20,13 @@ from typing import Any, NoReturn
 import typer
 import yaml
 from rich.console import Console
+from rich.table import Table
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from sweep.errors import InputError
 from sweep.redact import redact
 from sweep.streams import guard_std_streams
+from sweep.tables import keep_numbers_whole
 from sweep_models.errors import ConfigError
 
 
@@ -156,10 +158,15 @@ def command_group(**kwargs) -> typer.Typer:
 
 
 class RedactingConsole(Console):
-    """A rich `Console` whose printed text passes through `sweep.redact.redact` first."""
+    """A rich `Console` whose printed text passes through `sweep.redact.redact` first.
+
+    A table it prints never has a number cut to fit (`sweep.tables.keep_numbers_whole`).
+    """
 
     def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: D102 (Console.print's)
-        super().print(*(redact(o) if isinstance(o, str) else o for o in objects), **kwargs)
+        super().print(*(redact(o) if isinstance(o, str) else
+                        keep_numbers_whole(o, self.width) if isinstance(o, Table) else o
+                        for o in objects), **kwargs)
 
 
 console = RedactingConsole()

@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sweep.schema import METRIC_VAL_LOSS, TrialState
+from sweep.tables import keep_numbers_whole
 
 __all__ = ["DEFAULT_PROGRESS_EVERY_S", "ProgressView", "TrialRow", "format_params"]
 
@@ -204,4 +205,4 @@ class ProgressView:
                 table.add_row(str(row.number), format_params(row.params, mutated=row.mutated),
                               f"{row.tokens:,}",
                               _loss(row.val_loss), row.state)
-        return Group(table, Text(self.summary()))
+        return Group(keep_numbers_whole(table, self.console.width), Text(self.summary()))

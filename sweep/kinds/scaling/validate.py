@@ -58,15 +58,16 @@ def _print_grid(spec: StudySpec, layouts: list[BudgetLayout], device: str | None
     rate, rate_note = _measured_flops_per_s(spec)
     rows = grid_rows(spec, layouts, device=device or "auto", flops_per_s=rate)
     branch = ("from trunk",) if sc.branches else ()
+    timed = ("est. time",) if rate is not None else ()  # none without a measured throughput
     table = Table("budget (FLOPs)", "shape", "N", "tokens", *branch, "tokens/N", "memory",
-                  "est. time", title=f"IsoFLOP grid: {len(rows)} trials")
+                  *timed, title=f"IsoFLOP grid: {len(rows)} trials")
     for r in rows:
-        est = "-" if r["est_seconds"] is None else f"{r['est_seconds']:,.0f} s"
+        est = (f"{r['est_seconds']:,.0f} s",) if timed else ()
         reused = (f"{r[schema.METRIC_BRANCH_TOKENS]:,}",) if sc.branches else ()
         table.add_row(f"{r[schema.METRIC_BUDGET_FLOPS]:.3g}", r["shape"],
                       f"{r[schema.METRIC_N_PARAMS]:,}", f"{r[schema.METRIC_N_TOKENS]:,}", *reused,
                       f"{r[schema.METRIC_TOKENS_PER_PARAM]:.1f}",
-                      f"{r[schema.METRIC_MEM_ESTIMATE] / 2**20:,.0f} MiB", est)
+                      f"{r[schema.METRIC_MEM_ESTIMATE] / 2**20:,.0f} MiB", *est)
     say(table)
     say(parametrization_line(spec, "every size of the grid"))
     if sc.branches:
