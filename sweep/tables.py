@@ -20,7 +20,7 @@ __all__ = ["WORDS_MIN", "is_number", "keep_numbers_whole"]
 #: The width a column of words keeps, at least (or its widest cell, if narrower).
 WORDS_MIN = 10
 
-_NUMBER = re.compile(r"[-+~]?(\d[\d,]*(\.\d*)?|\.\d+)([eE][-+]?\d+)?%?")
+_NUMBER = re.compile(r"[-+~]?(\d[\d,]*(\.\d*)?|\.\d+)([eE][-+]?\d+)?[kMGTP%]?")
 #: Words a number cell may carry beside its numbers: units and separators.
 _UNITS = {"", "-", "/", "x", "s", "B", "KiB", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB",
           "FLOPs", "FLOP/s", "nats", "bits", "to", "->"}

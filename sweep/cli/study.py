@@ -146,21 +146,27 @@ def _print_top_trials(summary: StudySummary, experiment: str, top: int = 5) -> N
     Params changed during training (PBT) show their initial and final values
     (``lr=0.001->0.0031``), as the per-trial lines do.
     """
-    from sweep.results import load_results
+    from sweep.results import LOSS_OVER_BASELINE, load_results
     from sweep.study.progress import format_params
     from sweep.tracking import mutated_params
 
     frame = load_results(experiment, tracking_uri=summary.tracking_uri)
     searched = [c for c in frame.columns if c.startswith(("model.", "train."))
                 and frame[c].astype(str).nunique() > 1]
-    table = Table("trial", "state", "best val_loss", METRIC_N_PARAMS, "searched params",
-                  title=f"top trials of {summary.name}")
+    # The loss over the unigram baseline as sweep results shows it (below 1: the model uses
+    # context).
+    baseline = (("loss / baseline",) if math.isfinite(summary.baseline_unigram_loss)
+                and LOSS_OVER_BASELINE in frame.columns else ())
+    table = Table("trial", "state", "best val_loss", *baseline, METRIC_N_PARAMS,
+                  "searched params", title=f"top trials of {summary.name}")
     mutated = mutated_params(summary.tracking_uri, list(frame.head(top)["run_id"]))
     for _, row in frame.head(top).iterrows():
         loss = row.get(METRIC_BEST_VAL_LOSS, math.nan)
+        ratio = row.get(LOSS_OVER_BASELINE, math.nan)
         table.add_row(str(row["trial"]), row["state"],
                       f"{loss:.4f}" if math.isfinite(loss) else "-",
-                      f"{row.get(METRIC_N_PARAMS, math.nan):,.0f}",
+                      *(f"{ratio:.4f}" if math.isfinite(ratio) else "-" for _ in baseline),
+                      _count(row.get(METRIC_N_PARAMS, math.nan)),
                       format_params({c: row[c] for c in searched}, limit=len(searched),
                                     mutated=mutated.get(row["run_id"])))
     common.console.print(table)
@@ -172,6 +178,10 @@ def _print_top_trials(summary: StudySummary, experiment: str, top: int = 5) -> N
     common.console.print(
         f"MLflow store: {shown_uri(summary.tracking_uri)}  (browse: sweep ui {summary.out_dir})",
                   highlight=False, soft_wrap=True)
+
+
+def _count(value: float) -> str:
+    return f"{value:,.0f}" if math.isfinite(value) else "-"
 
 
 def _check_joinable(spec: StudySpec, tracking_uri: str, parent_run_id: str) -> None:

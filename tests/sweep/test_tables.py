@@ -53,7 +53,7 @@ def test_a_table_that_fits_is_left_as_it_is():
 
 
 @pytest.mark.parametrize("cell,number", [
-    ("13,539,328", True), ("1e+11", True), ("5 MiB", True), ("12 / 4", True),
+    ("13,539,328", True), ("1e+11", True), ("599k", True), ("5 MiB", True), ("12 / 4", True),
     ("2.70 [2.61, 2.79]", True), ("-", False), ("d64-L2-h8-ff256", False),
     ("COMPLETE", False), ("lr=0.001", False)])
 def test_what_counts_as_a_number(cell, number):
