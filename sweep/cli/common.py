@@ -206,6 +206,23 @@ def stopped(message: str, code: int) -> NoReturn:
     raise typer.Exit(code=code)
 
 
+def auto_device(device: str) -> str:
+    """``--device auto`` as `sweep.train.hardware.pick_device` reads it; others unchanged.
+
+    ``cuda`` where torch finds a CUDA device, else ``cpu``. Torch is loaded only where a CUDA
+    driver is present (`sweep.train.cuda_probe`).
+    """
+    if device != "auto":
+        return device
+    from sweep.train.cuda_probe import no_cuda_driver
+
+    if no_cuda_driver():
+        return "cpu"
+    from sweep.train.hardware import pick_device
+
+    return pick_device("auto").type
+
+
 def parse_sets(pairs: list[str] | None) -> dict[str, object]:
     """Parse ``--set key=value`` flags; values are YAML scalars (ints, floats, bools, lists).
 

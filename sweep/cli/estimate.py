@@ -26,27 +26,6 @@ def _choice(name: str, value: str, choices: tuple[_Choice, ...]) -> _Choice:
     return choices[choices.index(value)]
 
 
-def _auto_device(value: str, devices: tuple[str, ...]) -> str:
-    """``--device``: ``auto`` read as `sweep.train.hardware.pick_device` reads it.
-
-    ``cuda`` where torch finds a CUDA device, else ``cpu``; any other value as given. Torch is
-    loaded only where a CUDA driver is present (`sweep.train.cuda_probe`).
-
-    Raises:
-        ConfigError: ``value`` is neither ``auto`` nor one of ``devices``.
-    """
-    value = _choice("device", value, ("auto", *devices))
-    if value != "auto":
-        return value
-    from sweep.train.cuda_probe import no_cuda_driver
-
-    if no_cuda_driver():
-        return "cpu"
-    from sweep.train.hardware import pick_device
-
-    return pick_device("auto").type
-
-
 @app.command("estimate")
 def estimate_cmd(
     preset: str = typer.Option("gpt2", help="Model preset to start from."),
@@ -81,7 +60,8 @@ def estimate_cmd(
         optimizer=_choice("optimizer", optimizer, optimizers),
         attn_backend=None if attn_backend is None else _choice("attn_backend", attn_backend,
                                                                backends),
-        device=_choice("device", _auto_device(device, devices), devices))
+        device=_choice("device", common.auto_device(_choice("device", device,
+                                                             ("auto", *devices))), devices))
     if as_json:
         typer.echo(json.dumps({"preset": preset, "config": config.to_dict(), **est.to_dict()}))
         return

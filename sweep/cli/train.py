@@ -346,4 +346,4 @@ def _check_model_fits(model_dir: str, model: ModelConfig, device: str) -> None:
         bad_input(f"MODEL_DIR {model_dir}: {CONFIG_FILE} model.d_model={model.d_model}, "
                   f"model.n_layers={model.n_layers}, model.vocab_size={model.vocab_size}: "
                   f"{n_params:.3g} parameters need {4.0 * n_params / 1e9:.3g} GB as fp32 "
-                  f"weights, over the {have / 1e9:.3g} GB of {device}")
+                  f"weights, over the {have / 1e9:.3g} GB of {common.auto_device(device)}")
