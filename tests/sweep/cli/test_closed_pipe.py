@@ -15,7 +15,7 @@ import pytest
 import yaml
 from testsupport import tiny_spec
 
-pytestmark = pytest.mark.slow  # whole `sweep run` processes, 3 trials each: about 40 s in all
+pytestmark = pytest.mark.slow  # four `sweep run` processes: 137 s on 2 cores at load 10
 
 ROOT = Path(__file__).resolve().parents[3]
 N_TRIALS = 3
