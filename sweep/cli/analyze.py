@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
 
 from sweep.cli import common
 from sweep.cli.common import app
@@ -19,7 +18,7 @@ from sweep.cli.common import app
 __all__ = ["analyze_app"]
 
 
-class _KindAnalyses(TyperGroup):
+class _KindAnalyses(common.Group):
     """The ``analyze`` group, filled with the kinds' commands the first time it is asked."""
 
     _filled = False

@@ -293,10 +293,10 @@ def stop(
 ) -> None:
     """Stop a study job: its running trials end INTERRUPTED, its parent run KILLED.
 
-    Ray sends the job's driver SIGTERM and waits for it to end (``sweep.cluster.STOP_GRACE_S``
-    before SIGKILL); this command waits as long. ``sweep submit`` of the same spec resumes the
-    study. Exits 0 once the job has ended (also when it had ended before), 1 when it has not
-    ended after the wait, 2 for an unknown job id or another tool's job.
+    Ray sends the job's driver SIGTERM and, if it has not ended after a grace period, SIGKILL;
+    this command waits as long. ``sweep submit`` of the same spec resumes the study. Exits 0
+    once the job has ended (also when it had ended before), 1 when it has not ended after the
+    wait, 2 for an unknown job id or another tool's job.
     """
     _check_job_id(job)
     client = _connect(address)

@@ -11,17 +11,22 @@ same flag).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
+import re
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import typer
 import yaml
 from rich.console import Console
-from typer.core import TyperArgument, TyperCommand, TyperOption
+from rich.table import Table
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from sweep.errors import InputError
 from sweep.redact import redact
+from sweep.streams import guard_std_streams
+from sweep.tables import keep_numbers_whole
 from sweep_models.errors import ConfigError
 
 
@@ -45,6 +50,34 @@ class _Argument(TyperArgument):
         return [name if self.required else f"[{name}]"]
 
 
+def plain_help(text: str | None) -> str | None:
+    r"""Help text as a terminal shows it: no reST markup, paragraphs left to rewrap.
+
+    The docstrings that serve as help are written for the code too (``sweep run``, `Name`);
+    help shows them without the backticks, each paragraph as one line that rich wraps to the
+    terminal's width (a paragraph that starts with ``\b`` keeps its lines, as click's).
+    """
+    if not text:
+        return text
+    text = re.sub(r"``(.+?)``", r"\1", inspect.cleandoc(text), flags=re.S)
+    text = re.sub(r"`([^`\s][^`]*?)`", r"\1", text)
+    paragraphs = text.split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split("\n"))
+                       for p in paragraphs)
+
+
+def _show_params_plainly(params: list[Any]) -> list[Any]:
+    """Flags without a type, arguments by their metavar, help without markup."""
+    for param in params:  # Typer builds each as one of its own; these change only the help
+        if isinstance(param, TyperOption) and param.is_flag:
+            param.__class__ = _Flag
+        elif isinstance(param, TyperArgument):
+            param.__class__ = _Argument
+        if getattr(param, "help", None):
+            param.help = plain_help(param.help)
+    return params
+
+
 class _Command(TyperCommand):
     """A command whose help writes flags and arguments as the README does; bad input exits 2.
 
@@ -54,14 +87,12 @@ class _Command(TyperCommand):
     the command catches them.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = plain_help(self.help)
+
     def get_params(self, ctx: Any) -> list[Any]:
-        params = super().get_params(ctx)
-        for param in params:  # Typer builds each as one of its own; these change only the help
-            if isinstance(param, TyperOption) and param.is_flag:
-                param.__class__ = _Flag
-            elif isinstance(param, TyperArgument):
-                param.__class__ = _Argument
-        return params
+        return _show_params_plainly(super().get_params(ctx))
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -70,18 +101,53 @@ class _Command(TyperCommand):
             bad_input(str(exc))
 
 
+#: ``sweep --help`` lists the commands in the order of a user's day: run a study, look at it,
+#: analyse it, train and sample the chosen model; then the tools, then the cluster's commands.
+COMMAND_ORDER = ("run", "validate", "results", "ui", "dashboard", "analyze", "train", "sample",
+                 "estimate", "coord-check", "schema", "worker", "sync", "submit", "status",
+                 "jobs", "logs", "stop")
+
+
+class Group(TyperGroup):
+    """A command group whose help lists `COMMAND_ORDER` first and writes flags plainly."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = plain_help(self.help)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = super().list_commands(ctx)
+        rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
+        return sorted(names, key=lambda name: rank.get(name, len(rank)))
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _show_params_plainly(super().get_params(ctx))
+
+
 class _Typer(typer.Typer):
-    """`typer.Typer` whose commands are `_Command`s unless told otherwise."""
+    """`typer.Typer` whose commands are `_Command`s unless told otherwise.
+
+    Called as the program (``sweep``, ``python -m sweep.cli``), it first guards stdout and
+    stderr (`sweep.streams.guard_std_streams`): a reader that goes away (``| head``) never
+    changes what a command does, nor its exit status.
+    """
+
+    def __init__(self, *args: Any, cls: type[TyperGroup] | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("context_settings", {"help_option_names": ["-h", "--help"]})
+        super().__init__(*args, cls=cls or Group, **kwargs)
 
     def command(self, *args, cls: type[TyperCommand] | None = None, **kwargs):
         return super().command(*args, cls=cls or _Command, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        guard_std_streams()
+        return super().__call__(*args, **kwargs)
 
 
 app = _Typer(
     name="sweep",
     help="Hyperparameter search and scaling studies for transformer models.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
 
@@ -92,10 +158,15 @@ def command_group(**kwargs) -> typer.Typer:
 
 
 class RedactingConsole(Console):
-    """A rich `Console` whose printed text passes through `sweep.redact.redact` first."""
+    """A rich `Console` whose printed text passes through `sweep.redact.redact` first.
+
+    A table it prints never has a number cut to fit (`sweep.tables.keep_numbers_whole`).
+    """
 
     def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: D102 (Console.print's)
-        super().print(*(redact(o) if isinstance(o, str) else o for o in objects), **kwargs)
+        super().print(*(redact(o) if isinstance(o, str) else
+                        keep_numbers_whole(o, self.width) if isinstance(o, Table) else o
+                        for o in objects), **kwargs)
 
 
 console = RedactingConsole()
@@ -133,6 +204,23 @@ def stopped(message: str, code: int) -> NoReturn:
     err_console.print(f"[bold yellow]stopped:[/] {escape(message)}", highlight=False,
                       soft_wrap=True)
     raise typer.Exit(code=code)
+
+
+def auto_device(device: str) -> str:
+    """``--device auto`` as `sweep.train.hardware.pick_device` reads it; others unchanged.
+
+    ``cuda`` where torch finds a CUDA device, else ``cpu``. Torch is loaded only where a CUDA
+    driver is present (`sweep.train.cuda_probe`).
+    """
+    if device != "auto":
+        return device
+    from sweep.train.cuda_probe import no_cuda_driver
+
+    if no_cuda_driver():
+        return "cpu"
+    from sweep.train.hardware import pick_device
+
+    return pick_device("auto").type
 
 
 def parse_sets(pairs: list[str] | None) -> dict[str, object]:
@@ -215,8 +303,19 @@ def split_sets(sets: dict[str, object], sections: tuple[str, ...] = ("model", "t
     return out
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"sweep {version('transformer-sweep')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
+def main(
+    show_version: bool = typer.Option(False, "--version", callback=_print_version,
+                                      is_eager=True, help="Print the version and exit."),
+) -> None:
     """Hyperparameter search and scaling studies for transformer models."""
     # MLflow announces every store migration at INFO; the commands report what matters.
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")

@@ -39,7 +39,8 @@ def estimate_cmd(
     optimizer: str = typer.Option("adamw", help="adamw, or sgd (with momentum)."),
     attn_backend: str = typer.Option(None, "--attn-backend",
                                      help="auto, sdpa, flex or math (default: the config's)."),
-    device: str = typer.Option("cuda", help="cuda or cpu: which kernels the estimate assumes."),
+    device: str = typer.Option("auto", help="Whose kernels the estimate assumes: cuda, cpu, or "
+                               "auto (cuda where this machine has a CUDA device, else cpu)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Parameters, FLOPs per token and training memory of a model, without building it."""
@@ -59,7 +60,8 @@ def estimate_cmd(
         optimizer=_choice("optimizer", optimizer, optimizers),
         attn_backend=None if attn_backend is None else _choice("attn_backend", attn_backend,
                                                                backends),
-        device=_choice("device", device, devices))
+        device=_choice("device", common.auto_device(_choice("device", device,
+                                                             ("auto", *devices))), devices))
     if as_json:
         typer.echo(json.dumps({"preset": preset, "config": config.to_dict(), **est.to_dict()}))
         return

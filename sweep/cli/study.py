@@ -146,20 +146,26 @@ def _print_top_trials(summary: StudySummary, experiment: str, top: int = 5) -> N
     Params changed during training (PBT) show their initial and final values
     (``lr=0.001->0.0031``), as the per-trial lines do.
     """
-    from sweep.results import load_results
+    from sweep.results import LOSS_OVER_BASELINE, load_results
     from sweep.study.progress import format_params
     from sweep.tracking import mutated_params
 
     frame = load_results(experiment, tracking_uri=summary.tracking_uri)
     searched = frame.attrs["searched"]
-    table = Table("trial", "state", "best val_loss", METRIC_N_PARAMS, "searched params",
-                  title=f"top trials of {summary.name}")
+    # The loss over the unigram baseline as sweep results shows it (below 1: the model uses
+    # context).
+    baseline = (("loss / baseline",) if math.isfinite(summary.baseline_unigram_loss)
+                and LOSS_OVER_BASELINE in frame.columns else ())
+    table = Table("trial", "state", "best val_loss", *baseline, METRIC_N_PARAMS,
+                  "searched params", title=f"top trials of {summary.name}")
     mutated = mutated_params(summary.tracking_uri, list(frame.head(top)["run_id"]))
     for _, row in frame.head(top).iterrows():
         loss = row.get(METRIC_BEST_VAL_LOSS, math.nan)
+        ratio = row.get(LOSS_OVER_BASELINE, math.nan)
         table.add_row(str(row["trial"]), row["state"],
                       f"{loss:.4f}" if math.isfinite(loss) else "-",
-                      f"{row.get(METRIC_N_PARAMS, math.nan):,.0f}",
+                      *(f"{ratio:.4f}" if math.isfinite(ratio) else "-" for _ in baseline),
+                      _count(row.get(METRIC_N_PARAMS, math.nan)),
                       format_params({c: row[c] for c in searched}, limit=len(searched),
                                     mutated=mutated.get(row["run_id"])))
     common.console.print(table)
@@ -171,6 +177,10 @@ def _print_top_trials(summary: StudySummary, experiment: str, top: int = 5) -> N
     common.console.print(
         f"MLflow store: {shown_uri(summary.tracking_uri)}  (browse: sweep ui {summary.out_dir})",
                   highlight=False, soft_wrap=True)
+
+
+def _count(value: float) -> str:
+    return f"{value:,.0f}" if math.isfinite(value) else "-"
 
 
 def _check_joinable(spec: StudySpec, tracking_uri: str, parent_run_id: str) -> None:
@@ -205,8 +215,8 @@ def worker(
     The study must have been started (``sweep run``) with storage and tracking that this
     machine reaches (an RDB ``search.storage`` and an MLflow server ``tracking.uri``, or a
     shared file system). Its spec must be one the stored study can continue under, as ``sweep
-    run`` requires to resume (`sweep.spec.check_resume_compatible` against the parent run's
-    ``spec.yaml``). Exits 2, adding no trial, when it is not, or when the study is not found.
+    run`` requires to resume (checked against the ``spec.yaml`` of the study's parent run).
+    Exits 2, adding no trial, when it is not, or when the study is not found.
     """
     spec = load_study_spec(spec_path, "optuna")
     if spec.kind.trials_from is not None:
@@ -285,13 +295,13 @@ def sync(
 ) -> None:
     """Send the trial results kept in STUDY_DIR while the tracking store did not answer.
 
-    A trial whose MLflow writes failed kept them in ``STUDY_DIR/mlflow-buffer``
-    (`sweep.tracking.buffer`); this sends them, in order, into the runs they belong to (no run
-    is created, so none is doubled) and deletes what was sent, saying how many writes of each
-    run it sent. Only files a trial of this study wrote and signed are sent; any other file
-    there gets a note and is left as it is. ``sweep run`` does the same when it resumes. Exits
-    0 when everything was sent, 3 when the store still does not answer (what was not sent
-    stays), 1 when the store refused a run's writes for another reason.
+    A trial whose MLflow writes failed kept them in ``STUDY_DIR/mlflow-buffer``; this sends
+    them, in order, into the runs they belong to (no run is created, so none is doubled) and
+    deletes what was sent, saying how many writes of each run it sent. Only files a trial of
+    this study wrote and signed are sent; any other file there gets a note and is left as it
+    is. ``sweep run`` does the same when it resumes. Exits 0 when everything was sent, 3 when
+    the store still does not answer (what was not sent stays), 1 when the store refused a
+    run's writes for another reason.
     """
     if not Path(study_dir).is_dir():
         bad_input(f"STUDY_DIR {study_dir}: not a folder")

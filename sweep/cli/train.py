@@ -91,7 +91,9 @@ def train(
                                      help="MLflow store: with --from-study the study's (a "
                                           "server); else where the run goes (default "
                                           "MLFLOW_TRACKING_URI, else OUT/mlflow.db)."),
-    device: str = typer.Option(None, help="Training device (default: CUDA when present)."),
+    device: str = typer.Option(None, help="Training device: auto (CUDA when present, else CPU), "
+                               "cpu, cuda or cuda:N (default: the config's train.device, "
+                               "auto unless it says otherwise)."),
     as_json: bool = typer.Option(False, "--json", help="End with the result as one JSON line."),
 ) -> None:
     """Train one model and print its evaluations and result.
@@ -268,7 +270,8 @@ def sample(
     top_k: int = typer.Option(None, "--top-k", metavar="K", min=1,
                               help="Draw only from the K likeliest bytes (default: all)."),
     seed: int = typer.Option(0, "--seed", metavar="S", help="Sampling seed."),
-    device: str = typer.Option("cpu", help="Device to run the model on."),
+    device: str = typer.Option("auto", help="Device to run the model on: auto (CUDA when "
+                               "present, else CPU), cpu, cuda or cuda:N."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Generate text from a saved byte-level model: the prompt, then what the model adds.
@@ -277,7 +280,7 @@ def sample(
     a model of token ids (``tokens:``, ``synthetic:``) is refused, as is an encoder-decoder
     model (it maps a source to a target, it does not continue text), as is a ``config.json``
     whose weights would not fit the device's memory (checked before anything is allocated).
-    The same seed gives the same text. Exits 2 for bad input.
+    The same seed gives the same text on the same device. Exits 2 for bad input.
     """
     from sweep.train.saved import read_saved_config
 
@@ -343,4 +346,4 @@ def _check_model_fits(model_dir: str, model: ModelConfig, device: str) -> None:
         bad_input(f"MODEL_DIR {model_dir}: {CONFIG_FILE} model.d_model={model.d_model}, "
                   f"model.n_layers={model.n_layers}, model.vocab_size={model.vocab_size}: "
                   f"{n_params:.3g} parameters need {4.0 * n_params / 1e9:.3g} GB as fp32 "
-                  f"weights, over the {have / 1e9:.3g} GB of {device}")
+                  f"weights, over the {have / 1e9:.3g} GB of {common.auto_device(device)}")

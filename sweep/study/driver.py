@@ -29,6 +29,7 @@ from sweep.kinds import KindRun, Prepared
 from sweep.schema import METRIC_BEST_VAL_LOSS
 from sweep.space import SpaceSummary
 from sweep.spec import StudySpec, spec_hash
+from sweep.study.eta import Eta, spec_cost
 from sweep.study.lock import driver_lock
 from sweep.study.preflight import PreflightError, preflight
 from sweep.study.progress import DEFAULT_PROGRESS_EVERY_S, ProgressView
@@ -292,7 +293,7 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
         job = KindRun(executor, ctx, None, address=ray_address, prepared=prepared,
                       say=None if quiet else _printer(console))
         view = ProgressView(spec.name, total, quiet=quiet, console=console,
-                            progress_every_s=progress_every_s)
+                            progress_every_s=progress_every_s, eta=Eta(total, spec_cost(spec)))
         study, notes = _drive(job, view, tracker, out)
     return StudySummary(
         name=spec.name, out_dir=out, tracking_uri=uri, parent_run_id=tracker.parent_run_id,

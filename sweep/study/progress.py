@@ -22,6 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from sweep.schema import METRIC_VAL_LOSS, TrialState
+from sweep.study.eta import Eta, format_eta
+from sweep.tables import keep_numbers_whole
 
 __all__ = ["DEFAULT_PROGRESS_EVERY_S", "ProgressView", "TrialRow", "format_params"]
 
@@ -95,12 +97,15 @@ class ProgressView:
         console: Where to draw (default: stdout).
         progress_every_s: Seconds between heartbeat lines when ``console`` is not a terminal;
             0 turns them off.
+        eta: The study's time left (`sweep.study.eta.Eta`), shown in the summary line once
+            some training has been measured; None: not shown.
     """
 
     def __init__(self, study_name: str, n_trials: int, *, quiet: bool = False,
                  console: Console | None = None,
-                 progress_every_s: float = DEFAULT_PROGRESS_EVERY_S) -> None:
-        self.study_name, self.n_trials, self.quiet = study_name, n_trials, quiet
+                 progress_every_s: float = DEFAULT_PROGRESS_EVERY_S,
+                 eta: Eta | None = None) -> None:
+        self.study_name, self.n_trials, self.quiet, self.eta = study_name, n_trials, quiet, eta
         self.console = console or Console()
         self.progress_every_s = progress_every_s
         self._announced: set[int] = set()
@@ -155,6 +160,8 @@ class ProgressView:
         self._rows = sorted(rows, key=lambda r: r.number)
         if self.quiet:
             return
+        if self.eta is not None:
+            self.eta.observe(self._rows)
         for row in self._rows:
             if row.state in _FINAL and row.number not in self._announced:
                 self._announced.add(row.number)
@@ -181,7 +188,7 @@ class ProgressView:
         self.console.print(text, highlight=False, soft_wrap=True)
 
     def summary(self) -> str:
-        """One line: counts per state and the best val loss so far."""
+        """One line: counts per state, the best val loss so far and, once measured, the ETA."""
         counts = {s: 0 for s in (TrialState.RUNNING,) + _FINAL}
         for row in self._rows:
             counts[row.state] = counts.get(row.state, 0) + 1
@@ -193,7 +200,11 @@ class ProgressView:
                 f"{counts[TrialState.PRUNED]} pruned, {counts[TrialState.FAILED]} failed, "
                 f"{counts[TrialState.INFEASIBLE]} infeasible, "
                 f"{counts[TrialState.DIVERGED]} diverged; "
-                f"{counts[TrialState.RUNNING]} running; best val_loss {best}")
+                f"{counts[TrialState.RUNNING]} running; best val_loss {best}" + self._eta())
+
+    def _eta(self) -> str:
+        left = self.eta.seconds_left() if self.eta is not None else None
+        return f"; ETA {format_eta(left)}" if left is not None else ""
 
     def _render(self) -> Group:
         table = Table(title=f"study {self.study_name}", expand=False)
@@ -204,4 +215,4 @@ class ProgressView:
                 table.add_row(str(row.number), format_params(row.params, mutated=row.mutated),
                               f"{row.tokens:,}",
                               _loss(row.val_loss), row.state)
-        return Group(table, Text(self.summary()))
+        return Group(keep_numbers_whole(table, self.console.width), Text(self.summary()))

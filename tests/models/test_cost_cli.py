@@ -108,6 +108,13 @@ def test_table_and_json_show_an_encoder_decoder_model():
     assert out["config"]["arch"] == "encoder_decoder" and out["attn"]["cross_pairs"] == 128
 
 
+def test_the_device_is_auto_by_default_as_for_train_and_sample():
+    import torch
+
+    assert _json("--preset", "tiny")["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert _json("--preset", "tiny", "--device", "cpu")["device"] == "cpu"
+
+
 @pytest.mark.parametrize("args,message", [
     (["--set", "arch=encoder_decoder", "--set", "src_len=1024"],
      "src_len=1024 must be below seq_len=1024"),
@@ -117,6 +124,7 @@ def test_table_and_json_show_an_encoder_decoder_model():
     (["--preset", "gpt5"], "gpt5"),
     (["--seq-len", "4096"], "seq_len=4096"),
     (["--dtype", "fp8"], "dtype"),
+    (["--device", "tpu"], "device='tpu' is not one of auto, cuda, cpu"),
     (["--set", "n_kv_heads=5"], "n_heads=12 is not divisible by n_kv_heads=5"),
     (["--set", "parametrization=mup"], "parametrization='mup' needs base_d_model"),
 ])

@@ -22,6 +22,7 @@ import optuna
 from sweep.executors.optuna.objective import create_study, optimize, trial_state
 from sweep.executors.optuna.recovery import reconcile
 from sweep.schema import ATTR_OWNER
+from sweep.streams import guard_std_streams
 from sweep.study.resume import StudyInterrupted
 from sweep.study.trial import StudyContext
 from sweep.tracking.faults import InfrastructureError
@@ -73,6 +74,7 @@ def _quiet_interrupts(unraisable: Any) -> None:
 
 def _worker_main(ctx: StudyContext, n_trials: int, seed_offset: int, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
+    guard_std_streams()  # the driver's stdout may be a pipe whose reader goes away
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     signal.signal(signal.SIGINT, _sigterm_as_interrupt)
     sys.unraisablehook = _quiet_interrupts

@@ -88,15 +88,17 @@ def _print_grid(spec: StudySpec, layouts: list[BudgetLayout], rows: list[dict[st
                 say: Any) -> None:
     sc = scaling_section(spec)
     branch = ("from trunk",) if sc.branches else ()
+    # none without a measured throughput
+    timed = ("est. time",) if rows and rows[0]["est_seconds"] is not None else ()
     table = Table("budget (FLOPs)", "shape", "N", "tokens", *branch, "tokens/N", "memory",
-                  "est. time", title=f"IsoFLOP grid: {len(rows)} trials")
+                  *timed, title=f"IsoFLOP grid: {len(rows)} trials")
     for r in rows:
-        est = "-" if r["est_seconds"] is None else f"{r['est_seconds']:,.0f} s"
+        est = (f"{r['est_seconds']:,.0f} s",) if timed else ()
         reused = (f"{r[schema.METRIC_BRANCH_TOKENS]:,}",) if sc.branches else ()
         table.add_row(f"{r[schema.METRIC_BUDGET_FLOPS]:.3g}", r["shape"],
                       f"{r[schema.METRIC_N_PARAMS]:,}", f"{r[schema.METRIC_N_TOKENS]:,}", *reused,
                       f"{r[schema.METRIC_TOKENS_PER_PARAM]:.1f}",
-                      f"{r[schema.METRIC_MEM_ESTIMATE] / 2**20:,.0f} MiB", est)
+                      f"{r[schema.METRIC_MEM_ESTIMATE] / 2**20:,.0f} MiB", *est)
     say(table)
     say(parametrization_line(spec, "every size of the grid"))
     if sc.branches:

@@ -325,3 +325,23 @@ def test_val_loss_curves_draw_the_baseline_dashed(byte_store):
         assert [line.get_linestyle() for line in ax.get_lines()] == ["-", "-"]
     finally:
         close_figures(figures)
+
+
+def test_the_end_of_run_table_has_the_loss_over_baseline_column(byte_store, capsys):
+    """``sweep run``'s closing table shows the loss over the baseline as ``sweep results``."""
+    from sweep.cli.study import _print_top_trials
+    from sweep.study.driver import StudySummary
+
+    summary = StudySummary(name="bytes", out_dir=byte_store,
+                           tracking_uri=default_tracking_uri(byte_store), parent_run_id="-",
+                           state="COMPLETE", counts={"COMPLETE": 2}, best_val_loss=1.5,
+                           best_trial=1, baseline_unigram_loss=BASELINE)
+    _print_top_trials(summary, "bytes")
+    out = capsys.readouterr().out
+    head = out.split("┡", 1)[0]  # the header, its words wrapped onto two lines at 80 columns
+    assert "loss /" in head and "baseline" in head, out
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines()
+            if "COMPLETE" in line]
+    # trial, state, best val_loss, loss / baseline (1.5 / 2.5), n_params (not logged here)
+    assert [r[:5] for r in rows] == [["1", "COMPLETE", "1.5000", "0.6000", "-"],
+                                     ["0", "COMPLETE", "2.0000", "0.8000", "-"]]

@@ -114,9 +114,33 @@ def test_validate_prints_the_grid_and_warns_on_pruning(tmp_path, monkeypatch):
     for budget in ("2e+11", "6e+11", "2e+12"):
         assert f"C={budget}: centred on N*=" in out
     assert "prior: 40 tokens per parameter" in out
-    assert "tokens/N" in out and "memory" in out and "est. time" in out
+    assert "tokens/N" in out and "memory" in out
+    assert "est. time" not in out and "no measured throughput" in out  # no column of dashes
     assert "warning: search.pruner=hyperband: early stopping removes points" in out
     assert not (tmp_path / "runs").exists()  # validate writes nothing
+
+
+def _grid_cells(out):
+    """The IsoFLOP grid's cells but the shape labels, row by row (continuation lines empty)."""
+    lines = out[out.index("IsoFLOP grid"):].split("└", 1)[0].splitlines()
+    rows = [line.split("│")[1:-1] for line in lines if line.startswith("│")]
+    return [c.strip() for cells in rows for c in [cells[0], *cells[2:]] if c.strip()]
+
+
+def test_the_grid_at_80_columns_shows_every_number_whole(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "iso.yaml"
+    # WSD branches add a column: eight in all, wider than 80 columns at their natural widths.
+    path.write_text(yaml.safe_dump(spec_with(scaling__tokens_per_param=40, scaling__branches=True,
+                                             train__schedule="wsd", train__warmup=4096)))
+    wide = runner.invoke(app, ["validate", str(path)], terminal_width=200, env={"COLUMNS": "200"})
+    narrow = runner.invoke(app, ["validate", str(path)], terminal_width=80, env={"COLUMNS": "80"})
+    assert wide.exit_code == narrow.exit_code == 0, narrow.output
+    table = narrow.output[narrow.output.index("IsoFLOP grid"):].split("└", 1)[0]
+    assert max(len(line) for line in table.splitlines()) <= 80
+    assert "…" not in table
+    assert _grid_cells(narrow.output) == _grid_cells(wide.output)
+    assert any("," in cell for cell in _grid_cells(narrow.output))  # counts like 1,234,560
 
 
 def test_validate_refuses_a_bad_scaling_spec(tmp_path):
