@@ -162,13 +162,12 @@ def test_bad_input_exits_2_naming_it(tmp_path, args, message):
 
 
 _PROBE = """
-import sys, time
+import sys
 from typer.testing import CliRunner
 from sweep.cli import app
-start = time.perf_counter()
 res = CliRunner().invoke(app, ["analyze", "scaling", *sys.argv[1:]])
 heavy = sorted(m for m in ("mlflow", "matplotlib", "torch") if m in sys.modules)
-print(res.exit_code, time.perf_counter() - start, ",".join(heavy) or "-")
+print(res.exit_code, ",".join(heavy) or "-")
 """
 
 
@@ -182,9 +181,8 @@ def test_bad_input_is_refused_before_mlflow_or_matplotlib_load(tmp_path, args):
     (tmp_path / "bad.csv").write_text("n_params,loss\n1e8,3\n")
     proc = subprocess.run([sys.executable, "-c", _PROBE, *(a.format(tmp=tmp_path) for a in args)],
                           capture_output=True, text=True, timeout=60)
-    code, seconds, heavy = proc.stdout.split()
+    code, heavy = proc.stdout.split()
     assert (code, heavy) == ("2", "-"), proc.stderr
-    assert float(seconds) < 5  # about a second on an idle machine (scipy for the fits' names)
 
 
 # ------------------------------------------------------------------------ a real study
