@@ -45,12 +45,11 @@ def pruner_startup_trials(spec: StudySpec) -> int:
         max(3, startup_trials(spec))
 
 
-def evaluation_tokens(spec: StudySpec) -> list[int] | None:
-    """The training tokens at each evaluation of a trial, when the spec fixes them.
+def _schedule(spec: StudySpec) -> tuple[int, int, int] | None:
+    """A trial's (tokens a step, eval_every, steps) when the spec fixes them, else None.
 
-    That is when the budget is a fixed ``train.tokens`` or ``train.steps`` and nothing that
-    sets the schedule (`_SCHEDULE_FIELDS`) is searched; None otherwise (a FLOPs or seconds
-    budget, a searched ``seq_len``).
+    Fixed when the budget is a fixed ``train.tokens`` or ``train.steps`` and nothing that
+    sets the schedule (`_SCHEDULE_FIELDS`) is searched; not for a FLOPs or seconds budget.
     """
     from sweep.train.config import resolve_budget
 
@@ -64,29 +63,56 @@ def evaluation_tokens(spec: StudySpec) -> list[int] | None:
     except InvalidConfig:
         return None
     budget = resolve_budget(train, model)
-    if budget.total_tokens is None:
+    if budget.total_steps is None:
         return None
-    every, total = budget.eval_every, budget.total_tokens
-    return [k * every for k in range(1, -(-total // every))] + [total]
+    return budget.step_tokens, budget.eval_every, budget.total_steps
+
+
+def _evaluations_by(step: int, every: int, j: int) -> int:
+    """Evaluations the trainer makes within its first ``j`` steps, the end's aside.
+
+    It evaluates after a step that crosses a multiple of ``every`` tokens
+    (`sweep.train.Trainer.train`): after every step when ``every`` <= ``step``.
+    """
+    return j if every <= step else j * step // every
+
+
+def evaluation_count(spec: StudySpec) -> int | None:
+    """The evaluations of a trial (the last at the end of its budget), if the spec fixes them."""
+    schedule = _schedule(spec)
+    if schedule is None:
+        return None
+    step, every, steps = schedule
+    return _evaluations_by(step, every, steps - 1) + 1
 
 
 def warmup_step(spec: StudySpec) -> int:
     """The first evaluation index at which a trial may be pruned.
 
-    The first evaluation at or past ``search.prune_warmup`` of the trial's tokens
-    (`evaluation_tokens`); where the spec leaves the schedule to each trial, the default
-    schedule's, an evaluation every tenth of the budget: ceil(10 * prune_warmup).
+    The first evaluation at or past ``search.prune_warmup`` of the trial's tokens, in the
+    trainer's schedule when the spec fixes it (`_schedule`); else in the default schedule's,
+    an evaluation every tenth of the budget: ceil(10 * prune_warmup).
     """
     warmup = spec.search.prune_warmup
-    tokens = evaluation_tokens(spec)
-    if tokens is None:
+    schedule = _schedule(spec)
+    if schedule is None:
         return max(1, math.ceil(DEFAULT_EVALUATIONS * warmup - 1e-9))
-    return next(k for k, t in enumerate(tokens, 1) if t >= warmup * tokens[-1])
+    step, every, steps = schedule
+    first = max(1, math.ceil(warmup * steps - 1e-9))  # the first step at or past the warm-up
+    if first >= steps:
+        return _evaluations_by(step, every, steps - 1) + 1  # the evaluation at the end
+    if every <= step:
+        return first
+    # The first evaluation after step `first - 1`: the next multiple of `every` it crosses.
+    k = (first - 1) * step // every + 1
+    if -(-k * every // step) >= steps:
+        return _evaluations_by(step, every, steps - 1) + 1
+    return k
 
 
 def _n_evaluations(spec: StudySpec) -> int | str:
-    tokens = evaluation_tokens(spec)
-    return len(tokens) if tokens is not None else "auto"
+    count = evaluation_count(spec)
+    return count if count is not None else "auto"
 
 
 def make_sampler(spec: StudySpec) -> Any:

@@ -40,13 +40,30 @@ def test_the_defaults_are_a_warmup_and_a_startup_sized_to_the_study():
     assert algorithms.startup_trials(explicit) == algorithms.pruner_startup_trials(explicit) == 4
 
 
-def test_the_evaluation_schedule_is_the_trainers(tmp_path):
-    s = spec()
-    assert algorithms.evaluation_tokens(s) == EVAL_TOKENS
-    model, train = space.configs_from_params(s, {"model.d_model": 16, "train.lr": 3e-3})
-    corpus = load_corpus(s.data.uri, tmp_path)
-    history = Trainer(model, train.replace(tokens=BUDGET_TOKENS), corpus, device="cpu").train()
-    assert [int(h["tokens"]) for h in history.history] == EVAL_TOKENS
+@pytest.fixture(scope="module")
+def markov(tmp_path_factory):
+    return load_corpus(spec().data.uri, tmp_path_factory.mktemp("corpus"))
+
+
+# (batch_size, eval_every): the default schedule (a tenth of the budget), an interval that
+# is not a whole number of 1024-token steps, and one shorter than a step.
+SCHEDULES = [(16, None), (16, 1500), (16, 512)]
+
+
+@pytest.mark.parametrize(("batch_size", "eval_every"), SCHEDULES)
+def test_the_warmup_step_is_the_first_of_the_trainers_evaluations_past_the_warmup(
+        markov, batch_size, eval_every):
+    train = {"tokens": 20_480, "batch_size": batch_size, "eval_tokens": 1024, "lr": 3e-3,
+             **({"eval_every": eval_every} if eval_every else {})}
+    s = spec(train=train)
+    model, config = space.configs_from_params(s, {"model.d_model": 16})
+    history = Trainer(model, config, markov, device="cpu").train().history
+    tokens = [int(h["tokens"]) for h in history]
+    assert algorithms.evaluation_count(s) == len(tokens)
+    for warmup in (0.0, 0.1, 0.25, 0.3, 0.5, 0.9, 0.99):
+        step = algorithms.warmup_step(spec(train=train, prune_warmup=warmup))
+        assert tokens[step - 1] >= warmup * tokens[-1], (warmup, tokens)
+        assert step == 1 or tokens[step - 2] < warmup * tokens[-1], (warmup, tokens)
 
 
 @pytest.mark.parametrize(("warmup", "step"), [(0.0, 1), (0.1, 1), (0.25, 3), (0.3, 3),
@@ -60,7 +77,7 @@ def test_the_warmup_step_is_the_first_evaluation_past_the_warmup_tokens(warmup, 
 
 def test_a_schedule_left_to_each_trial_counts_tenths_of_the_budget():
     flops = spec(train={"flops": 1e12, "lr": 1e-3})
-    assert algorithms.evaluation_tokens(flops) is None
+    assert algorithms.evaluation_count(flops) is None
     assert algorithms.warmup_step(flops) == 3
 
 
