@@ -7,7 +7,13 @@ with `configs_from_params`. Before a trial trains, `check_constraints` prices it
 of the space once for preflight, ``sweep validate`` and the Ray schedulers.
 """
 
-from sweep.space.algorithms import make_pruner, make_sampler
+from sweep.space.algorithms import (
+    make_pruner,
+    make_sampler,
+    pruner_startup_trials,
+    startup_trials,
+    warmup_step,
+)
 from sweep.space.constraints import (
     CONSTRAINT_NAMES,
     N_CONSTRAINTS,
@@ -50,9 +56,12 @@ __all__ = [
     "make_sampler",
     "memory_limit",
     "memory_limit_bytes",
+    "pruner_startup_trials",
     "record_constraints",
     "sample_params",
+    "startup_trials",
     "suggest",
     "summarize",
     "training_cost",
+    "warmup_step",
 ]

@@ -85,6 +85,11 @@ class SearchSpec(Section):
     as a trial never stopped, without training those tokens again. None (the default): no
     checkpoints, a retry trains from step 0. Costs one write of the model and AdamW state
     (about 12 bytes a parameter in fp32) per interval.
+    ``n_startup_trials``: the sampler's random draws before it models the results, and the
+    trials that must complete before the median pruner stops any; None: a third of
+    ``n_trials`` within [2, 10], at least 3 for the pruner (`sweep.space.algorithms`).
+    ``prune_warmup``: the fraction of its budget a trial trains before the pruner may stop it
+    (early evaluations favour high learning rates; docs/search-quality.md measures it).
     """
 
     # A study kind may own a section inside it (search.pbt): kept as an extra, validated with
@@ -108,6 +113,7 @@ class SearchSpec(Section):
     checkpoint_interval: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
     fault_wait_s: float = Field(default=300.0, ge=0, le=86400, allow_inf_nan=False)
     n_startup_trials: int | None = Field(default=None, ge=0)
+    prune_warmup: float = Field(default=0.3, ge=0, lt=1, allow_inf_nan=False)
     population_size: int | None = Field(default=None, ge=2)
 
     @model_validator(mode="after")
@@ -119,7 +125,7 @@ class SearchSpec(Section):
         if self.sampler is None:
             sets(self, "sampler", "tpe")
         if self.pruner is None:
-            sets(self, "pruner", "hyperband" if self.executor == "optuna" and not multi
+            sets(self, "pruner", "median" if self.executor == "optuna" and not multi
                  else "none")
         if self.scheduler is None:
             sets(self, "scheduler", "asha" if self.executor == "ray" and not multi else "none")

@@ -32,9 +32,11 @@ def make_scheduler(spec: StudySpec, summary: SpaceSummary | None = None) -> Any:
     """The Ray Tune scheduler ``search.scheduler`` names (time attribute: tokens trained).
 
     ASHA and async Hyperband get ``max_t`` above the largest budget (trials end on their own
-    budget, never at ``max_t``) and a grace period of a ninth of the smallest budget; the
-    median rule starts judging after that grace period with 3 trials. A seconds budget is
-    measured in Ray's ``time_total_s`` (wall time of the trial, startup included).
+    budget, never at ``max_t``) and a grace period of ``search.prune_warmup`` of the smallest
+    budget (of the largest for a seconds budget); the median rule starts judging after that
+    grace period with the pruner's start-up count of trials
+    (`sweep.space.algorithms.pruner_startup_trials`). A seconds budget is measured in Ray's
+    ``time_total_s`` (wall time of the trial, startup included).
 
     Args:
         spec: The study spec.
@@ -51,15 +53,18 @@ def make_scheduler(spec: StudySpec, summary: SpaceSummary | None = None) -> Any:
     if kind == "seconds":
         top = max(budget.options) if isinstance(budget, ChoiceDomain) else \
             budget.bounds[1] if hasattr(budget, "bounds") else budget
-        time_attr, max_t, grace = "time_total_s", float(top) * 1.5, float(top) / 9
+        time_attr, max_t = "time_total_s", float(top) * 1.5
+        grace = max(float(top) * s.prune_warmup, 1e-3)
     elif bounds is None:  # no valid config in the space: every trial is infeasible anyway
         time_attr, max_t, grace = METRIC_TOKENS, 2**62, 1
     else:
-        time_attr, max_t, grace = METRIC_TOKENS, int(bounds[1] * 1.5) + 1, max(1, bounds[0] // 9)
+        time_attr, max_t = METRIC_TOKENS, int(bounds[1] * 1.5) + 1
+        grace = max(1, int(bounds[0] * s.prune_warmup))
     if s.scheduler == "median":
         return schedulers.MedianStoppingRule(time_attr=time_attr, metric=METRIC_VAL_LOSS,
                                              mode="min",
-                                             grace_period=grace, min_samples_required=3)
+                                             grace_period=grace,
+                                             min_samples_required=space.pruner_startup_trials(spec))
     # Ray 2.60 annotates max_t and grace_period as int, but its brackets take any number of
     # time_attr units: a seconds budget's are fractional seconds (time_total_s).
     return schedulers.AsyncHyperBandScheduler(

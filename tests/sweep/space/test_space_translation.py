@@ -293,13 +293,11 @@ def test_make_pruner_stops_a_clearly_bad_trial_and_none_never_prunes(name):
         assert good == [None] * 15 and bad == [None] * 5
         return
     assert good == [None] * 15  # each good trial is the best so far: never pruned
-    if name == "hyperband":
-        # Brackets prune at rungs 1, 3, 9 (min_resource 1, reduction factor 3, max_resource
-        # the 9 steps a completed trial reported); the most aggressive one at the first step.
-        assert all(step in (1, 3, 9) for step in bad), bad
-        assert min(bad) == 1
-    else:
-        assert bad == [1] * 5, bad  # at the first rung / the first step after warm-up
+    # Every pruner first judges at the warm-up (30% of the 11 evaluations' tokens: the 4th):
+    # Hyperband's one bracket (min_resource 4, max_resource 11, reduction factor 3) and
+    # successive halving at their first rung, the median rule at its first step.
+    assert space.warmup_step(spec) == 4
+    assert bad == [4] * 5, bad
     assert study.trials[-1].state == optuna.trial.TrialState.PRUNED
 
 

@@ -39,7 +39,7 @@ def problems(data):
 
 def test_base_spec_is_valid_with_defaults():
     spec = parse_spec(spec_with())
-    assert spec.search.sampler == "tpe" and spec.search.pruner == "hyperband"
+    assert spec.search.sampler == "tpe" and spec.search.pruner == "median"
     assert spec.search.scheduler == "none" and spec.search.directions == ["minimize"]
     assert spec.tracking.experiment == "t"
     assert [p.path for p in spec.searched()][:2] == ["model.d_model", "model.d_head"]
