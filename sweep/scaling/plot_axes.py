@@ -109,9 +109,14 @@ def mark_outside(ax: Any, x: float, y: float, text: str, *, colour: Any) -> bool
     at = (min(max(x, xlim[0]), xlim[1]), min(max(y, ylim[0]), ylim[1]))
     ax.scatter([at[0]], [at[1]], marker=marker, s=70, facecolors="none", edgecolors=colour,
                linewidths=1.5, clip_on=False, zorder=4)
-    ha = "left" if sx < 0 else ("right" if sx > 0 else "center")
+    if not sx:  # on the top or bottom edge: the text runs inwards from the nearer side
+        fraction = ax.transAxes.inverted().transform(ax.transData.transform(at))[0]
+        sx_text = -1 if fraction < 0.5 else 1
+    else:
+        sx_text = sx
+    ha = "left" if sx_text < 0 else "right"
     va = "bottom" if sy < 0 else ("top" if sy > 0 else "center")
-    offset = (8 * -sx if sx else 0, 8 * -sy if sy else 8)
+    offset = (8 * -sx_text, 8 * -sy if sy else 0)
     ax.annotate(f"{text} ({x:.3g}, {y:.3g}), off the axes", at, xytext=offset,
                 textcoords="offset points", fontsize=7, color=colour, ha=ha, va=va)
     return True

@@ -28,6 +28,7 @@ __all__ = ["contour_figure"]
 _CELLS = 160  # grid cells along each axis of the contours
 _LEVELS = 14
 _MAX_ISOFLOP_LINES = 10
+_MARGIN = 0.1  # of the log range each side: a target's star stays inside the frame
 
 
 def _law_key(report: ScalingReport) -> str | None:
@@ -113,8 +114,8 @@ def contour_figure(report: ScalingReport) -> Any:
         at_targets = optimal_rows(fit, inside)
     except FitError as exc:
         raise ValueError(f"approach {key}: {exc}") from exc
-    xlim = log_limits(n[ok], [r.n_params for r in at_targets])
-    ylim = log_limits(d[ok], [r.n_tokens for r in at_targets])
+    xlim = log_limits(n[ok], [r.n_params for r in at_targets], margin=_MARGIN)
+    ylim = log_limits(d[ok], [r.n_tokens for r in at_targets], margin=_MARGIN)
     grid_n, grid_d = np.meshgrid(np.geomspace(*xlim, _CELLS), np.geomspace(*ylim, _CELLS))
     loss = fit.predict(grid_n, grid_d)
     plt = pyplot()
@@ -143,6 +144,6 @@ def contour_figure(report: ScalingReport) -> Any:
     ax.set_title(f"approach {key}: L = {p['E']:.3g} + {p['A']:.3g} / N^{p['alpha']:.3f} + "
                  f"{p['B']:.3g} / D^{p['beta']:.3f}\n(dotted: IsoFLOP lines C = 6ND; "
                  "dashed: extrapolated)", fontsize=9)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="lower right")  # the frontier and the targets rise to the right
     fig.tight_layout()
     return fig

@@ -104,20 +104,22 @@ def _minima(ax: Any, report: ScalingReport, value: Callable[[float, float], floa
     return [y for _, y in usable], flagged
 
 
-def _mark_targets(ax: Any, targets: Sequence[float], largest: float) -> None:
-    """The targets as dotted lines, and the budgets beyond the studied ones shaded."""
+def _mark_targets(ax: Any, targets: Sequence[float], largest: float, *, top: bool) -> None:
+    """The targets as dotted lines labelled at the ``top`` or bottom, the extrapolation shaded."""
     if any(t > largest for t in targets):
         ax.axvspan(largest, ax.get_xlim()[1], color="grey", alpha=0.08, lw=0)
     for target in targets:
         ax.axvline(target, color="grey", ls=":", lw=1.0)
-        ax.annotate(f"target {target:.2g}", (target, 0.02), xycoords=("data", "axes fraction"),
-                    rotation=90, fontsize=8, ha="right", va="bottom")
+        ax.annotate(f"target {target:.2g}", (target, 0.98 if top else 0.02),
+                    xycoords=("data", "axes fraction"), rotation=90, fontsize=8, ha="right",
+                    va="top" if top else "bottom")
 
 
 def _frontier_panel(ax: Any, report: ScalingReport, lines: dict[str, list[OptimalRow]],
                     grid: np.ndarray, largest: float, panel: tuple) -> None:
     metric, value, symbol, label = panel
     exponent = "a" if metric == METRIC_N_PARAMS else "b"  # N_opt ~ C^a, D_opt ~ C^b
+    chosen = report.verdict.approach if report.verdict is not None else None
     framed_y: list[Any] = []
     for colour, (key, rows) in zip(colours(len(lines)), lines.items(), strict=True):
         values = np.array([value(r) for r in rows])
@@ -125,9 +127,9 @@ def _frontier_panel(ax: Any, report: ScalingReport, lines: dict[str, list[Optima
         shown = report.results[key].params.get(exponent, math.nan)
         _draw_split(ax, grid, values, largest, colour, f"approach {key}: {exponent} = {shown:.3f}")
         band = [r.intervals.get(metric, (math.nan, math.nan)) for r in rows]
-        if any(math.isfinite(lo) for lo, _ in band):
+        if any(math.isfinite(lo) for lo, _ in band):  # the verdict's band the darkest
             ax.fill_between(grid, [lo for lo, _ in band], [hi for _, hi in band], color=colour,
-                            alpha=0.15, lw=0)
+                            alpha=0.25 if key == chosen else 0.1, lw=0)
     vertex = (lambda c, n: n) if metric == METRIC_N_PARAMS else (lambda c, n: c / (6 * n))
     minima: Any = colours(len(lines))[list(lines).index("2")] if "2" in lines else "grey"
     usable, flagged = _minima(ax, report, vertex, minima)
@@ -142,10 +144,10 @@ def _frontier_panel(ax: Any, report: ScalingReport, lines: dict[str, list[Optima
     for x, y in flagged:
         if not mark_outside(ax, x, y, f"flagged {symbol}", colour=minima):
             ax.scatter([x], [y], s=28, zorder=4, facecolors="none", edgecolors=minima)
-    _mark_targets(ax, report.targets, largest)
+    _mark_targets(ax, report.targets, largest, top=False)  # the lines rise to the right
     ax.set_xlabel(_C_LABEL)
     ax.set_ylabel(label)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="best")
 
 
 def frontier_figure(report: ScalingReport) -> Any:
@@ -198,19 +200,31 @@ def _loss_line(report: ScalingReport, grid: np.ndarray) -> tuple[str, list[Optim
 
 
 def _lower_envelope(compute: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The runs no run of less compute beats: each lowers the best loss so far, by C."""
+    """The runs on the lower convex hull of (log C, loss), up to the lowest loss.
+
+    Andrew's monotone chain over the runs sorted by C: no run lies below the segments
+    joining these, so they trace the best loss reached at each compute.
+    """
     order = np.lexsort((loss, compute))  # by C, the lowest loss first among equal C
-    c, y = compute[order], loss[order]
-    best = np.minimum.accumulate(y)
-    keep = np.concatenate([[True], best[1:] < best[:-1]])
-    return c[keep], y[keep]
+    x, y = np.log(compute[order]), loss[order]
+    hull: list[int] = []
+    for i in range(x.size):
+        while len(hull) >= 2:
+            (x0, y0), (x1, y1) = (x[hull[-2]], y[hull[-2]]), (x[hull[-1]], y[hull[-1]])
+            if (x1 - x0) * (y[i] - y0) - (y1 - y0) * (x[i] - x0) > 0:  # a left turn: keep
+                break
+            hull.pop()
+        if not hull or x[i] > x[hull[-1]]:
+            hull.append(i)
+    lowest = int(np.argmin(y[hull]))
+    kept = order[hull[:lowest + 1]]
+    return compute[kept], loss[kept]
 
 
 def loss_compute_figure(report: ScalingReport) -> Any:
     """Every run's final loss against C = 6ND, coloured by N, with the frontier.
 
-    The runs' lower envelope (the runs that lower the best loss of all runs of less compute,
-    joined) and the
+    The runs' lower envelope (their lower convex hull in log C, up to the lowest loss) and the
     fitted loss at N_opt(C) of the verdict's approach (else the first fit that predicts a
     loss), solid over the runs' compute and dashed to the targets within `FRAME_REACH` of it,
     with its band and the verdict's losses; targets beyond are named in a corner.
@@ -233,7 +247,7 @@ def loss_compute_figure(report: ScalingReport) -> Any:
                       norm="log", label="runs (final loss)")
     fig.colorbar(dots, ax=ax, label="parameters N")
     ax.plot(*_lower_envelope(compute, loss), color="black", lw=0.8, ls="--", marker="o",
-            ms=7, mfc="none", label="lower envelope of the runs")
+            ms=7, mfc="none", label="lower envelope of the runs (convex hull)")
     grid = np.unique(np.append(np.geomspace(compute.min(), max([largest, *inside]), _GRID),
                                largest))
     framed_y: list[Any] = [loss]
@@ -255,7 +269,7 @@ def loss_compute_figure(report: ScalingReport) -> Any:
     ax.set_xscale("log")
     ax.set_xlim(*log_limits(compute, inside))
     ax.set_ylim(*linear_limits(*framed_y))
-    _mark_targets(ax, [t for t in report.targets if t in inside], largest)
+    _mark_targets(ax, [t for t in report.targets if t in inside], largest, top=True)
     if beyond:
         far = [r for r in rows if r.budget_flops in beyond]
         text = "\n".join(f"C = {r.budget_flops:.2g}: L = {r.loss:.4g}" for r in far) or \

@@ -154,8 +154,13 @@ def test_loss_against_compute_frames_every_run(which, report, law_report, figure
     _holds(ax.get_xlim(), np.append(compute, TARGET), log=True)
     assert ax.get_ylim()[0] <= frame[LOSS].min() and ax.get_ylim()[1] >= frame[LOSS].max()
     (steps,) = [line for line in ax.lines if line.get_label().startswith("lower envelope")]
-    assert np.all(np.diff(steps.get_ydata()) < 0)  # each step lowers the best loss so far
+    assert np.all(np.diff(steps.get_ydata()) < 0)  # each run on it lowers the loss
     assert steps.get_ydata()[-1] == pytest.approx(frame[LOSS].min())
+    # no run lies below it: it is the lower envelope (convex hull) of the runs
+    x, y = np.log(steps.get_xdata()), steps.get_ydata()
+    within = (np.log(compute) >= x[0]) & (np.log(compute) <= x[-1])
+    below = frame[LOSS][within] < np.interp(np.log(compute[within]), x, y) - 1e-12
+    assert not below.any()
 
 
 def test_the_contours_frame_the_points_and_the_target(law_report, figures):

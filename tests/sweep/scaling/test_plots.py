@@ -124,4 +124,4 @@ def test_a_report_without_fits_draws_only_its_runs():
     figures = report_figures(report)
     assert list(figures) == ["loss_vs_compute"]  # the runs, without a fitted frontier
     (ax, _colourbar) = figures["loss_vs_compute"].axes
-    assert [line.get_label() for line in ax.lines] == ["lower envelope of the runs"]
+    assert [line.get_label() for line in ax.lines] == ["lower envelope of the runs (convex hull)"]
