@@ -17,6 +17,7 @@ import numpy as np
 
 from sweep.plotting import pyplot
 from sweep.scaling.diagnostics import LAW_FITS, law_fit
+from sweep.scaling.law import closed_form_split
 from sweep.scaling.plot_axes import framed, log_limits, studied_compute
 from sweep.scaling.report import ScalingReport, optimal_rows
 from sweep.scaling.result import FitError
@@ -25,7 +26,7 @@ from sweep.schema import METRIC_N_PARAMS, METRIC_N_TOKENS
 
 __all__ = ["contour_figure"]
 
-_CELLS = 160  # grid cells along each axis of the contours
+_CELLS = 100  # grid cells along each axis of the contours
 _LEVELS = 14
 _MAX_ISOFLOP_LINES = 10
 _MARGIN = 0.1  # of the log range each side: a target's star stays inside the frame
@@ -68,10 +69,8 @@ def _isoflop_lines(ax: Any, budgets: np.ndarray) -> None:
 
 def _frontier(ax: Any, fit: Any, xlim: tuple, ylim: tuple, largest: float) -> None:
     """N_opt(C), D_opt(C) across the frame, solid up to ``largest``, dashed beyond."""
-    budgets = np.geomspace(6 * xlim[0] * ylim[0], 6 * xlim[1] * ylim[1], 200)
-    rows = optimal_rows(fit, budgets)
-    n = np.array([r.n_params for r in rows])
-    d = np.array([r.n_tokens for r in rows])
+    budgets = np.geomspace(6 * xlim[0] * ylim[0], 6 * xlim[1] * ylim[1], 100)
+    n, d = closed_form_split(fit.params, budgets)  # no intervals: the line alone is drawn
     inside, beyond = budgets <= largest, budgets >= largest
     ax.plot(n[inside], d[inside], color="C3", lw=2.0, label="efficient frontier N_opt(C)")
     ax.plot(n[beyond], d[beyond], color="C3", lw=2.0, ls="--")
@@ -95,13 +94,17 @@ def contour_figure(report: ScalingReport) -> Any:
     largest studied one; the IsoFLOP lines are the studied budgets' (at most ten).
 
     Raises:
-        ValueError: No fit of L(N, D), or no point with finite N and D > 0.
+        ValueError: No fit of L(N, D), one with an exponent <= 0, or no point with finite N
+            and D > 0.
     """
     key = _law_key(report)
     if key is None:
         raise ValueError("no fit of L(N, D) to draw contours of")
     fit = report.results[key].fit
     assert fit is not None  # law_fit and the verdict name fitted approaches only
+    if not (fit.params["alpha"] > 0 and fit.params["beta"] > 0):
+        raise ValueError(f"approach {key}: alpha={fit.params['alpha']:.3g}, "
+                         f"beta={fit.params['beta']:.3g}: no efficient frontier without both > 0")
     n, d = column(report.points, METRIC_N_PARAMS), column(report.points, METRIC_N_TOKENS)
     ok = np.isfinite(n) & np.isfinite(d) & (n > 0) & (d > 0)
     if not ok.any():

@@ -6,6 +6,8 @@ flagged minimum, as a grid far above the optimum gives): the figures must frame 
 within a small margin, and draw that minimum at the edge.
 """
 
+import copy
+import dataclasses
 import math
 
 import matplotlib
@@ -19,7 +21,7 @@ import pytest  # noqa: E402
 
 from sweep import schema as S  # noqa: E402
 from sweep.scaling.plot_axes import MARGIN, linear_limits, log_limits  # noqa: E402
-from sweep.scaling.plots import report_figures  # noqa: E402
+from sweep.scaling.plots import contour_figure, frontier_figure, report_figures  # noqa: E402
 from sweep.scaling.report import analyze  # noqa: E402
 from sweep.scaling.runs import LOSS  # noqa: E402
 from sweep.scaling.verdict import make_verdict  # noqa: E402
@@ -184,6 +186,29 @@ def test_the_law_and_residual_figures_hold_their_points(law_report, figures):
                           (S.METRIC_N_PARAMS, S.METRIC_N_TOKENS), strict=True):
         assert ax.get_xlim()[0] <= frame[column].min()
         assert ax.get_xlim()[1] >= frame[column].max()
+
+
+def test_a_verdict_interval_that_misses_its_estimate_is_still_drawn(law_report):
+    # noiseless points give bootstrap intervals that can sit beside the full fit's estimate
+    (row,) = law_report.verdict.rows
+    beside = {k: (v * 1.01, v * 1.02) for k, v in
+              ((S.METRIC_N_PARAMS, row.n_params), (S.METRIC_N_TOKENS, row.n_tokens))}
+    report = copy.copy(law_report)
+    report.verdict = dataclasses.replace(
+        law_report.verdict, rows=[dataclasses.replace(row, intervals=beside)])
+    left, right = frontier_figure(report).axes
+    assert left.get_ylim()[1] >= beside[S.METRIC_N_PARAMS][1]
+    assert right.get_ylim()[1] >= beside[S.METRIC_N_TOKENS][1]
+
+
+def test_no_contours_of_a_law_without_a_frontier(law_report):
+    report = copy.copy(law_report)
+    fit = law_report.results["3"].fit
+    bad = dataclasses.replace(fit, params={**fit.params, "beta": -0.01})
+    report.results = {**law_report.results,
+                      "3": dataclasses.replace(law_report.results["3"], fit=bad)}
+    with pytest.raises(ValueError, match="beta=-0.01"):
+        contour_figure(report)
 
 
 def test_limits_widen_the_data_range_by_the_margin_and_ignore_what_cannot_be_drawn():
