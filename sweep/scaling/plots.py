@@ -1,8 +1,9 @@
 """Figures of a scaling analysis (`sweep.scaling.report.ScalingReport`), drawn with matplotlib.
 
 One function per figure, each returning the ``matplotlib.figure.Figure``: the IsoFLOP curves
-(`isoflop_figure`), the compute-optimal frontier (`frontier_figure`), loss against N and D with
-the parametric fit (`parametric_figure`) and its residuals (`residuals_figure`);
+(`isoflop_figure`), loss against N and D with the parametric fit (`parametric_figure`) and its
+residuals (`residuals_figure`); N_opt and D_opt against C and loss against compute
+(`sweep.scaling.plot_frontier`), the contours of L(N, D) (`sweep.scaling.plot_contours`);
 `report_figures` draws every one the report's fits allow and `write_figures` saves them as PNG.
 Drawn with `sweep.plotting`'s backend: Agg unless pyplot is already in use.
 """
@@ -20,13 +21,17 @@ import pandas as pd
 
 from sweep.plotting import colours, pyplot
 from sweep.scaling.isoflop import IsoFLOPFit
-from sweep.scaling.report import FLOP_CONVENTION, ScalingReport, optimal_rows
+from sweep.scaling.plot_axes import linear_limits, log_limits, mark_outside
+from sweep.scaling.plot_contours import contour_figure
+from sweep.scaling.plot_frontier import frontier_figure, loss_compute_figure
+from sweep.scaling.report import ScalingReport
 from sweep.scaling.result import FitResult
 from sweep.scaling.runs import LOSS, column
 from sweep.schema import METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, METRIC_N_TOKENS
 
-__all__ = ["close_figures", "frontier_figure", "isoflop_figure", "parametric_figure",
-           "report_figures", "residuals_figure", "write_figures"]
+__all__ = ["close_figures", "contour_figure", "frontier_figure", "isoflop_figure",
+           "loss_compute_figure", "parametric_figure", "report_figures", "residuals_figure",
+           "write_figures"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +46,10 @@ _MAX_LINES = 10
 def isoflop_figure(fit: IsoFLOPFit, points: pd.DataFrame) -> Any:
     """Loss against N at each FLOP budget, the fitted parabolas and their minima (approach 2).
 
+    The axes frame the points, the parabolas over their sampled N and the usable minima
+    (`sweep.scaling.plot_axes`); a flagged minimum beyond them is drawn at the edge
+    (`mark_outside`), so it never stretches an axis.
+
     Args:
         fit: The approach 2 fit (its ``curves``).
         points: The points it was fitted to (``budget_flops``, ``n_params``, ``loss``).
@@ -52,64 +61,32 @@ def isoflop_figure(fit: IsoFLOPFit, points: pd.DataFrame) -> Any:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     budget, n, loss = (column(points, c) for c in (METRIC_BUDGET_FLOPS, METRIC_N_PARAMS, LOSS))
+    drawn_y: list[Any] = [loss]
+    outside = []
     for colour, curve in zip(colours(len(fit.curves)), fit.curves, strict=True):
         at = budget == curve.budget_flops
         ax.scatter(n[at], loss[at], color=colour, s=18, label=f"C = {curve.budget_flops:.2g}")
         c0, c1, c2 = curve.coefficients
         log_n = np.linspace(np.log(n[at].min()), np.log(n[at].max()), 100)
-        ax.plot(np.exp(log_n), c0 + c1 * log_n + c2 * log_n**2, color=colour, lw=1.0)
-        if math.isfinite(curve.n_opt):
-            ax.scatter([curve.n_opt], [curve.loss_opt], marker="*", s=140, zorder=3,
-                       facecolors=colour if curve.usable else "none", edgecolors=colour)
+        drawn_y.append(c0 + c1 * log_n + c2 * log_n**2)
+        ax.plot(np.exp(log_n), drawn_y[-1], color=colour, lw=1.0)
+        if not math.isfinite(curve.n_opt):
+            continue
+        if not curve.usable:  # drawn once the limits are set, at an edge if beyond them
+            outside.append(((curve.n_opt, curve.loss_opt), colour))
+            continue
+        drawn_y.append(curve.loss_opt)
+        ax.scatter([curve.n_opt], [curve.loss_opt], marker="*", s=140, zorder=3, color=colour)
     ax.set_xscale("log")
+    ax.set_xlim(*log_limits(n))
+    ax.set_ylim(*linear_limits(*drawn_y))
+    for (x, y), colour in outside:
+        if not mark_outside(ax, x, y, "flagged minimum", colour=colour):
+            ax.scatter([x], [y], marker="*", s=140, zorder=3, edgecolors=colour,
+                       facecolors="none")
     ax.set_xlabel(_N_LABEL)
     ax.set_ylabel(_LOSS_LABEL)
     ax.set_title("IsoFLOP curves (stars: minima; hollow: flagged, not fitted)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def frontier_figure(report: ScalingReport) -> Any:
-    """The compute-optimal frontier N_opt(C) of every fitted approach.
-
-    Each approach's N_opt over the budgets from the smallest point's to the largest target,
-    its bootstrap band (the interval at each budget, from the fit's draws) where the fit has
-    draws, approach 2's IsoFLOP minima as points, and the target budgets as dotted lines.
-
-    Raises:
-        ValueError: The report has no fitted approach.
-    """
-    fitted = {k: (r, r.fit) for k, r in report.results.items() if r.fit is not None}
-    if not fitted:
-        raise ValueError("no approach was fitted")
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    known = list(report.budgets)
-    six_nd = 6 * column(report.points, METRIC_N_PARAMS) * column(report.points, METRIC_N_TOKENS)
-    known += [float(x) for x in six_nd[np.isfinite(six_nd) & (six_nd > 0)]]
-    grid = np.geomspace(min(known), max(known), 60)
-    for colour, (key, (result, fit)) in zip(colours(len(fitted)), fitted.items(), strict=True):
-        rows = optimal_rows(fit, grid)
-        ax.plot(grid, [r.n_params for r in rows], color=colour,
-                label=f"approach {key}: a = {result.params['a']:.3f}")
-        band = [r.intervals.get(METRIC_N_PARAMS, (math.nan, math.nan)) for r in rows]
-        if any(math.isfinite(lo) for lo, _ in band):
-            ax.fill_between(grid, [lo for lo, _ in band], [hi for _, hi in band], color=colour,
-                            alpha=0.2, lw=0, label=f"approach {key}: {fit.level:.0%} bootstrap")
-        for curve in getattr(fit, "curves", ()):
-            if math.isfinite(curve.n_opt):
-                ax.scatter([curve.budget_flops], [curve.n_opt], color=colour, s=24, zorder=3,
-                           facecolors=colour if curve.usable else "none")
-    for target in report.targets:
-        ax.axvline(target, color="grey", ls=":", lw=1.0)
-        ax.annotate(f"target {target:.2g}", (target, 0.02), xycoords=("data", "axes fraction"),
-                    rotation=90, fontsize=8, ha="right", va="bottom")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel(f"compute C (FLOPs, {FLOP_CONVENTION})")
-    ax.set_ylabel("compute-optimal parameters N_opt")
-    ax.set_title("Compute-optimal frontier")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -207,8 +184,9 @@ def residuals_figure(report: ScalingReport) -> Any:
 def report_figures(report: ScalingReport) -> dict[str, Any]:
     """Every figure the report's fits allow, by file stem; one that cannot be drawn is skipped.
 
-    ``isoflop_curves`` (approach 2), ``frontier``, ``loss_vs_n_and_d_<key>`` (approach 3,
-    VPNLS) and ``residuals``.
+    ``isoflop_curves`` (approach 2), ``loss_vs_n_and_d_<key>`` (approach 3, VPNLS),
+    ``frontier`` (N_opt and D_opt against C), ``loss_vs_compute`` (every run, the frontier),
+    ``loss_contours`` (L(N, D) with the efficient frontier) and ``residuals``.
     """
     draws: dict[str, Any] = {}
     for key, result in report.results.items():
@@ -219,6 +197,8 @@ def report_figures(report: ScalingReport) -> dict[str, Any]:
             draws[f"loss_vs_n_and_d_{key}"] = (
                 lambda f=fit, r=result: parametric_figure(f, report.points, r.approach.title))
     draws["frontier"] = lambda: frontier_figure(report)
+    draws["loss_vs_compute"] = lambda: loss_compute_figure(report)
+    draws["loss_contours"] = lambda: contour_figure(report)
     draws["residuals"] = lambda: residuals_figure(report)
     figures = {}
     for name, draw in draws.items():

@@ -62,16 +62,22 @@ def test_isoflop_figure_draws_a_parabola_and_a_minimum_per_budget(report):
 
 def test_frontier_figure_has_each_approach_its_band_and_the_target(report):
     fig = frontier_figure(report)
-    (ax,) = fig.axes
-    labels = [line.get_label() for line in ax.lines]
-    assert sum(label.startswith("approach") for label in labels) == 2
-    # a band for each fit with bootstrap draws (approach 3 has them)
-    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
-    assert report.results["3"].fit.draws
-    assert len(bands) == sum(bool(r.fit.draws) for r in report.results.values())
-    targets = [line for line in ax.lines if list(line.get_xdata()) == [1e22, 1e22]]
-    assert len(targets) == 1
-    assert ax.get_xlim()[1] >= 1e22
+    for ax in fig.axes:  # N_opt and D_opt against C
+        labels = [line.get_label() for line in ax.lines]
+        assert sum(label.startswith("approach") for label in labels) == 2
+        # a band for each fit with bootstrap draws (approach 3 has them)
+        bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+        assert report.results["3"].fit.draws
+        assert len(bands) == sum(bool(r.fit.draws) for r in report.results.values())
+        targets = [line for line in ax.lines if list(line.get_xdata()) == [1e22, 1e22]]
+        assert len(targets) == 1
+        assert ax.get_xlim()[1] >= 1e22
+        # beyond the largest studied budget each line is dashed
+        dashed = [line for line in ax.lines if line.get_linestyle() == "--"]
+        assert len(dashed) == 2
+        assert all(min(line.get_xdata()) == pytest.approx(max(BUDGETS)) for line in dashed)
+    left, right = fig.axes
+    assert "N_opt" in left.get_ylabel() and "D_opt" in right.get_ylabel()
 
 
 def test_parametric_figure_shows_loss_against_n_and_d(report):
@@ -99,11 +105,11 @@ def test_residuals_figure_shows_log_loss_residuals_of_each_law_fit(report):
         residuals_figure(only_2)
 
 
-def test_write_figures_saves_non_empty_pngs(report, tmp_path):
-    paths = write_figures(report, tmp_path / "plots")
+def test_write_figures_saves_non_empty_pngs(tmp_path):
+    only_2 = analyze(points(), approaches=("2",), budgets=[1e22])  # three figures: cheaper
+    paths = write_figures(only_2, tmp_path / "plots", dpi=50)
     names = sorted(p.name for p in paths)
-    assert names == ["frontier.png", "isoflop_curves.png", "loss_vs_n_and_d_3.png",
-                     "residuals.png"]
+    assert names == ["frontier.png", "isoflop_curves.png", "loss_vs_compute.png"]
     for path in paths:
         image = mpimg.imread(path)
         assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
@@ -111,8 +117,11 @@ def test_write_figures_saves_non_empty_pngs(report, tmp_path):
     assert plt.get_fignums() == []  # the writer closed its figures
 
 
-def test_a_report_without_fits_draws_nothing():
+def test_a_report_without_fits_draws_only_its_runs():
     frame = points()[:3]  # too few points for either approach
     report = analyze(frame, approaches=("2", "3"))
     assert not any(r.ok for r in report.results.values())
-    assert report_figures(report) == {}
+    figures = report_figures(report)
+    assert list(figures) == ["loss_vs_compute"]  # the runs, without a fitted frontier
+    (ax, _colourbar) = figures["loss_vs_compute"].axes
+    assert [line.get_label() for line in ax.lines] == ["lower envelope of the runs (convex hull)"]
