@@ -19,17 +19,32 @@ GPU_PARTS = ("tests", "memory", "flex", "fractional")
 
 
 def _check(tmp_path, *args):
+    """``bench/gpu_check.py`` in a process of its own: its JSON line, record, markdown, stderr."""
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    line = json.loads(proc.stdout.strip().splitlines()[-1])
+    return _outputs(proc.stdout, proc.stderr)
+
+
+def _outputs(stdout, stderr):
+    line = json.loads(stdout.strip().splitlines()[-1])
     record = json.loads(Path(line["written"][0]).read_text())
-    return line, record, Path(line["written"][1]).read_text(), proc.stderr
+    return line, record, Path(line["written"][1]).read_text(), stderr
+
+
+def _bench_module(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path")
-def test_quick_check_on_cpu_runs_the_cpu_parts_and_names_the_gpu_parts_not_run(tmp_path):
-    line, record, md, stderr = _check(tmp_path, "--quick")
+def test_quick_check_on_cpu_runs_the_cpu_parts_and_names_the_gpu_parts_not_run(tmp_path, capsys):
+    # The script's main in this process (torch is loaded once for the suite), argv as given.
+    assert _bench_module("gpu_check").main(["--out", str(tmp_path), "--quick"]) == 0
+    captured = capsys.readouterr()
+    line, record, md, stderr = _outputs(captured.out, captured.err)
     assert line["gpu_parts_run"] is False
     assert line["status"] == {"tests": "not run", "mfu": "ok", "memory": "not run",
                               "flex": "not run", "fractional": "not run", "gate": "not run"}
@@ -56,15 +71,8 @@ def test_memory_gate_part_ends_the_too_large_config_infeasible_on_this_device(tm
     assert line["targets_met"] == {"gate": True}
 
 
-def _wheels_module():
-    spec = importlib.util.spec_from_file_location("gpu_wheels", ROOT / "bench" / "gpu_wheels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_wheels_pack_into_parts_under_the_limit_and_cut_wheels_join_back(tmp_path):
-    wheels = _wheels_module()
+    wheels = _bench_module("gpu_wheels")
     src = tmp_path / "src"
     src.mkdir()
     sizes = {"big-1.0-py3-none-any.whl": 2500, "a-1.0-py3-none-any.whl": 900,
