@@ -37,8 +37,9 @@ SPEC = {
     "train": {"tokens": 12288, "batch_size": 8, "lr": {"float": [1e-3, 3e-2], "log": True},
               "eval_every": 2048, "eval_tokens": 1024},
     "constraints": {"max_params": 9000},  # d_model 32 is over it: INFEASIBLE
+    # the median rule from the first completed trial and the first evaluation: PRUNED trials
     "search": {"executor": "optuna", "sampler": "random", "pruner": "median", "n_trials": 6,
-               "seed": 0},
+               "n_startup_trials": 1, "prune_warmup": 0.0, "seed": 0},
 }
 SEARCHED = ("model.d_model", "model.d_head", "model.d_ff_ratio", "train.lr")
 

@@ -181,10 +181,11 @@ def test_cli_ui_serves_the_study_runs(store, tmp_path, monkeypatch):
     try:
         url = f"http://127.0.0.1:{port}"
         experiment_id = store["tracker"].experiment_id
-        assert (f"{url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
-                in result.output)
-        assert opened.read_text() == \
-            f"{url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+        # the study's saved view of its trials, in the model-training layout
+        page = (f"{url}/#/experiments/{experiment_id}/runs?viewStateShareKey=sweep-trials"
+                "&workflowType=machine_learning")
+        assert page in result.output
+        assert opened.read_text() == page
         with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
             assert response.status == 200
         experiments = fetch_json(f"{url}/api/2.0/mlflow/experiments/search", {"max_results": 10})
