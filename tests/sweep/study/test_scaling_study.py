@@ -47,9 +47,14 @@ def trials_of(summary):
 
 def check_study(spec, summary):
     client, trials = trials_of(summary)
-    # nothing dropped on this grid; the last note points to the analysis
-    assert summary.notes == [f"next: sweep analyze scaling {summary.out_dir} (the verdict and "
-                             "its notes)"]
+    # nothing dropped on this grid; the last note points to the analysis, and the plan's
+    # warnings (as sweep validate gives them) come first: this tiny grid's smallest budget
+    # cannot bracket its optimum, and its largest size there trains under 50 optimizer steps
+    *warnings, last = summary.notes
+    assert last == f"next: sweep analyze scaling {summary.out_dir} (the verdict and its notes)"
+    assert [w.split(": ", 2)[1] for w in warnings] == ["C=1e+09", "C=1e+09"]
+    assert "cannot bracket its optimum" in warnings[0]
+    assert "fewer than 50 optimizer steps" in warnings[1]
     assert {k: v for k, v in summary.counts.items() if v} == {"COMPLETE": 6}
     assert [t["trial"] for t in trials] == list(range(6))
     labels = [t["params"][shapes.SCALING_POINT] for t in trials]
