@@ -39,8 +39,9 @@ def local_ray():
 
 
 def faulty_spec(executor, seed):
+    # pruning may start at the first evaluation (2,048 tokens), after one completed trial
     search = {"executor": executor, "sampler": "random", "n_trials": 4, "parallel": 1,
-              "seed": seed}
+              "seed": seed, "n_startup_trials": 1, "prune_warmup": 0.25}
     search.update({"scheduler": "asha"} if executor == "ray" else {"pruner": "median"})
     return parse_spec({
         "name": f"faulty-{executor}",
