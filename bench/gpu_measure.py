@@ -59,6 +59,7 @@ MEMORY_CASES: dict[str, tuple[dict[str, Any], int, str]] = {
 
 
 def sync(device: torch.device) -> None:
+    """Wait for ``device``'s queued kernels (CUDA), so a timer around them measures them."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -127,6 +128,7 @@ def mfu_case(fields: dict[str, Any], batch: int, device: torch.device, *, compil
 
 
 def sum_params(cfg: ModelConfig) -> int:
+    """Parameters of ``build_model(cfg)``, tied weights once (`sweep_models.cost.param_count`)."""
     return estimate(cfg, device="cpu").n_params
 
 
