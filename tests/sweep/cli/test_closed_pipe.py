@@ -56,7 +56,9 @@ def studies(tmp_path_factory, new_store):
     """The same 3-trial study twice at once: one with stdout closed after its first line."""
     root = tmp_path_factory.mktemp("pipe")
     spec = root / "spec.yaml"
-    spec.write_text(yaml.safe_dump(tiny_spec("pipe", search={"n_trials": N_TRIALS})))
+    # trials of about a second, so that the later ones end well after the reader has gone
+    spec.write_text(yaml.safe_dump(tiny_spec("pipe", search={"n_trials": N_TRIALS},
+                                             train={"steps": 1500})))
     new_store(root / "piped")
     new_store(root / "plain")
     plain = _sweep_run(spec, root / "plain", stdout=subprocess.DEVNULL,
