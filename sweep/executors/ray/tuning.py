@@ -237,13 +237,20 @@ def _record_runless(ctx: StudyContext, view: ProgressView | None,
                     stopped_by: str | None = None) -> None:
     """Give the study's Ray trials that have no MLflow run one (`sweep.executors.ray.runless`).
 
+    Said on the console when an earlier experiment left them; after a signal the log has it.
+
     Raises:
         Exception: The store's error when it does not answer.
     """
     recorded = record_experiments(ctx, stopped_by)
-    if recorded:
-        say(view, f"ray: trial(s) {', '.join(map(str, recorded))} had no MLflow run (stopped "
-                  "before it was created): recorded INTERRUPTED with their params")
+    if not recorded:
+        return
+    line = (f"ray: trial(s) {', '.join(map(str, recorded))} had no MLflow run (stopped before "
+            "it was created): recorded INTERRUPTED with their params")
+    if stopped_by is None:
+        say(view, line)
+    else:  # the signal's "stopped:" line counts them among the INTERRUPTED trials
+        log.info(line)
 
 
 def _without_credentials(ctx: StudyContext) -> tuple[StudyContext, dict[str, str]]:
