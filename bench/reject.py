@@ -18,11 +18,12 @@ Side by side in the same run, ``python -c pass`` is measured the same way as the
 any Python command costs on this machine), and ``python -m sweep.cli --help`` (what the CLI's
 own imports cost before it reads a spec). Target: a refusal within 0.3 s of CPU on a 2-core
 machine, judged on each command's median case (the max is printed beside it: a busy machine
-adds a few hundredths to some cases). The spec and the refusal path load none of torch, MLflow,
-Optuna, scipy, pandas, datasketch or numpy (a test holds this, ``tests/sweep/spec``). The CUDA
-case runs only where torch sees no CUDA device. Prints a table and ends with
-one JSON line: median and max CPU and wall seconds per command, whether every case exited 2
-cleanly, and whether the target holds.
+adds a few hundredths to some cases), run from compiled bytecode as an installed package is: one
+untimed refusal per command first writes it to a temporary ``PYTHONPYCACHEPREFIX``. The spec
+and the refusal path load none of torch, MLflow, Optuna, scipy, pandas, datasketch or numpy (a
+test holds this, ``tests/sweep/spec``). The CUDA case runs only where torch sees no CUDA
+device. Prints a table and ends with one JSON line: median and max CPU and wall seconds per
+command, whether every case exited 2 cleanly, and whether the target holds.
 
 With ``--corpus DIR`` the cases are instead the spec files of ``DIR`` as they are, e.g. the
 hostile corpus ``tests/sweep/spec/hostile`` (malformed YAML, aliases and tags, wrong types,
@@ -102,9 +103,18 @@ def _child_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+#: Bytecode folder of the children (`PYTHONPYCACHEPREFIX`), set in `main`: an installed
+#: package runs from compiled bytecode, and a checkout run with ``PYTHONDONTWRITEBYTECODE``
+#: would otherwise compile every module of the refusal path from source on each start.
+PYCACHE: Path | None = None
+
+
 def measure(argv: list[str], cwd: Path) -> dict:
     """One subprocess: exit status, CPU and wall seconds, whether stderr holds a traceback."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if PYCACHE is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
     cpu0, t0 = _child_cpu(), time.perf_counter()
     proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
                           errors="replace")
@@ -161,6 +171,12 @@ def main() -> None:
                                     .replace("WORK", str(work)))
                 cases.append((case, what, path, None))
         (work / "notes.txt").write_text("the user's own notes\n")  # storage-foreign
+        global PYCACHE
+        PYCACHE = work / "pycache"
+        for command in COMMANDS:  # untimed: compiles the bytecode of each command's path
+            measure([sys.executable, "-m", "sweep.cli", command, str(cases[0][2])]
+                    + (["--address", DEAD_ADDRESS] if command == "submit" else
+                       [] if command == "validate" else ["--out", str(work / "warm")]), work)
         n_floor = max(3, args.repeats)
         floor = [measure([sys.executable, "-c", "pass"], work) for _ in range(n_floor)]
         cli_help = [measure([sys.executable, "-m", "sweep.cli", "--help"], work)
