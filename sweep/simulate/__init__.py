@@ -1,0 +1,1 @@
+"""Simulated studies: losses drawn from a stated scaling law instead of training."""
