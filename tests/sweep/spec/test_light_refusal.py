@@ -80,18 +80,16 @@ def test_the_probe_sees_a_heavy_library_when_one_is_loaded(tmp_path):
 
 
 #: The third-party packages the refusal path may load: the CLI (typer, rich, shellingham),
-#: the spec's model and parser (pydantic, YAML) and what they import. ``bench/reject.py`` times
-#: the path at about 0.2 s of CPU on an idle 2-core machine; a new package here is what would
-#: slow it again.
+#: the spec's model and parser (pydantic, YAML) and what they import. A new package here adds
+#: its import to every refusal ``bench/reject.py`` times.
 LIGHT = {"annotated_doc", "annotated_types", "cython_runtime", "pydantic", "pydantic_core",
          "rich", "shellingham", "sweep", "sweep_models", "typer", "typing_extensions",
          "typing_inspection", "yaml"}
 
-_PACKAGES = cli_probe(()) + """
-import sys as _sys
-print(json.dumps(sorted({m.split(".")[0] for m in _sys.modules
-                         if not m.startswith("_") and m.split(".")[0] not in
-                         _sys.stdlib_module_names})))
+_PACKAGES = _CLI + """
+print(json.dumps({"code": code, "loaded": sorted({
+    m.split(".")[0] for m in sys.modules
+    if not m.startswith("_") and m.split(".")[0] not in sys.stdlib_module_names})}))
 """
 
 
@@ -100,10 +98,8 @@ def test_the_refusal_loads_only_the_clis_and_the_specs_packages(tmp_path, comman
     path = _bad_specs(tmp_path)["rule"]
     args = [command, path] + (["--address", "http://127.0.0.1:9"] if command == "submit" else
                               [] if command == "validate" else ["--out", tmp_path / "out"])
-    proc = subprocess.run([sys.executable, "-c", _PACKAGES, *map(str, args)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    code, packages = (json.loads(line) for line in proc.stdout.strip().splitlines()[-2:])
-    assert code["code"] == 2, proc.stderr
-    assert set(packages) <= LIGHT, sorted(set(packages) - LIGHT)
-    assert {"sweep", "typer", "pydantic", "yaml"} <= set(packages)  # the probe sees them
+    result, stderr = _probe(_PACKAGES, args, tmp_path)
+    packages = set(result["loaded"])
+    assert result["code"] == 2, stderr
+    assert packages <= LIGHT, sorted(packages - LIGHT)
+    assert {"sweep", "typer", "pydantic", "yaml"} <= packages  # the probe sees them
