@@ -46,7 +46,7 @@ def _two_bounds(value: Any) -> Any:
 
 
 class _Domain(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
 
     when: dict[str, list[Any]] | None = None
 

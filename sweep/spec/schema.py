@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 class Section(BaseModel):
     """A section of a study spec: unknown keys refused, frozen once validated."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class DataSpec(Section):
@@ -94,7 +94,7 @@ class SearchSpec(Section):
 
     # A study kind may own a section inside it (search.pbt): kept as an extra, validated with
     # the kind's model (sweep.spec.sections).
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
 
     executor: Literal["optuna", "ray"] = "optuna"
     sampler: Sampler | None = None
@@ -189,7 +189,7 @@ class StudySpec(BaseModel):
             these into `SpecError`).
     """
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
 
     name: str = Field(max_length=100)
     description: str = ""

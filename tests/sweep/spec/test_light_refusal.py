@@ -103,3 +103,40 @@ def test_the_refusal_loads_only_the_clis_and_the_specs_packages(tmp_path, comman
     assert result["code"] == 2, stderr
     assert packages <= LIGHT, sorted(packages - LIGHT)
     assert {"sweep", "typer", "pydantic", "yaml"} <= packages  # the probe sees them
+
+
+_BUILT = """
+import json, os, sys
+os.environ.pop("PYDANTIC_DISABLE_PLUGINS", None)
+import sweep.cli
+from pydantic import BaseModel
+from sweep.kinds import kinds
+from sweep.spec.sections import section_models
+
+kinds()  # the built-in kinds' section models
+
+def subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from subclasses(sub)
+
+ours = sorted({c.__module__ + "." + c.__qualname__ for c in subclasses(BaseModel)
+               if c.__module__.startswith("sweep")})
+built = sorted({c.__module__ + "." + c.__qualname__ for c in subclasses(BaseModel)
+                if c.__module__.startswith("sweep") and c.__pydantic_complete__})
+print(json.dumps({"ours": ours, "built": built, "sections": len(section_models()),
+                  "plugins": os.environ.get("PYDANTIC_DISABLE_PLUGINS")}))
+"""
+
+
+def test_the_cli_builds_no_spec_model_before_it_validates_and_loads_no_pydantic_plugin(
+        tmp_path):
+    """Each spec model builds its validator on first use (``defer_build``): a model built at
+    import is built again inside its parent, about 60 ms of every refusal. The CLI reads no
+    pydantic plugin (finding them reads every installed distribution's entry points)."""
+    out = subprocess.run([sys.executable, "-c", _BUILT], capture_output=True, text=True,
+                         cwd=tmp_path, check=True)
+    seen = json.loads(out.stdout)
+    assert len(seen["ours"]) >= 15, seen["ours"]
+    assert seen["built"] == []
+    assert seen["plugins"] == "__all__"
