@@ -6,8 +6,8 @@ flags and print, importing the heavy packages (torch, MLflow, Optuna) inside the
 needs them so that ``sweep validate`` answers fast.
 """
 
-from sweep.cli import analyze, cluster, coord, estimate, results, spec, study, train
+from sweep.cli import analyze, cluster, coord, estimate, plan, results, spec, study, train
 from sweep.cli.common import app
 
-__all__ = ["analyze", "app", "cluster", "coord", "estimate", "results", "spec", "study",
+__all__ = ["analyze", "app", "cluster", "coord", "estimate", "plan", "results", "spec", "study",
            "train"]

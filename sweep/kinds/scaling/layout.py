@@ -36,7 +36,7 @@ from sweep.train.schedule import wsd_stable_end
 from sweep_models.errors import required
 
 __all__ = ["BudgetLayout", "GridPoint", "curve_optimum", "grid_rows", "layout", "layout_budget",
-           "layout_problems", "prior_centre", "recentre"]
+           "layout_problems", "next_centre", "prior_centre", "recentre"]
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,19 @@ def recentre(budget_flops: float, optima: list[tuple[float, float]]) -> float | 
     log_n = np.log([n for _, n in optima])
     a, k = np.polyfit(log_c, log_n, 1)
     return float(math.exp(k + a * math.log(budget_flops)))
+
+
+def next_centre(recentring: bool, budget_flops: float,
+                optima: list[tuple[float, float]]) -> tuple[float | None, str | None]:
+    """The centre N* of the next budget and how it was found, as the study runs.
+
+    With ``recentring`` (``scaling.recentre``) and earlier optima ``(C, N_opt)``: `recentre`;
+    else ``(None, None)``, the tokens-per-param prior (`layout_budget`'s default).
+    """
+    if not (recentring and optima):
+        return None, None
+    return (recentre(budget_flops, optima),
+            f"re-centred on the optimum of {len(optima)} earlier budget(s)")
 
 
 def layout_budget(
