@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from sweep.kinds.scaling.rules import scaling_section
+from sweep.schema import METRIC_N_PARAMS, METRIC_N_TOKENS
 from sweep.simulate.design import Design, GridCache, SimulatedPoints, simulate_grid
 from sweep.simulate.estimates import ESTIMATORS, LAW_QUANTITIES, estimate, true_values
 from sweep.simulate.law import SimulatedLaw
-from sweep.schema import METRIC_N_PARAMS, METRIC_N_TOKENS
 from sweep.spec import StudySpec
 
 __all__ = ["Plan", "Spread", "plan_targets", "run_plan", "spread_rows"]

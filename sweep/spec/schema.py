@@ -24,6 +24,7 @@ from pydantic import (
 
 from sweep.folder import StudyFolder
 from sweep.schema import METRIC_VAL_LOSS
+from sweep.simulate.law import LAWS
 from sweep.spec.domains import Param, SpecParam
 from sweep.spec.fields import DATA_SCHEMES, MAX_TOKENS, OBJECTIVES
 from sweep.spec.sections import section_of, validate_with_sections
@@ -177,6 +178,56 @@ class TrackingSpec(Section):
 
 
 
+class HparamLawSpec(Section):
+    """A hyperparameter's law: optimum ``coef * C^exponent``, loss ``curvature`` around it.
+
+    `sweep.simulate.law.HparamLaw`: a factor e off the optimum costs ``curvature`` of the loss.
+    """
+
+    coef: float = Field(gt=0)
+    exponent: float
+    curvature: float = Field(gt=0)
+
+
+class LawSpec(Section):
+    """A simulated law: (E + A / N^alpha + B / D^beta) (1 + lr and batch penalties).
+
+    Nats/token (`sweep.simulate.law.SimulatedLaw`; Hoffmann et al. 2022 eq. 2).
+    """
+
+    E: float = Field(ge=0)
+    A: float = Field(gt=0)
+    B: float = Field(gt=0)
+    alpha: float = Field(gt=0)
+    beta: float = Field(gt=0)
+    lr: HparamLawSpec | None = None
+    batch_size: HparamLawSpec | None = None
+
+
+class SimulateSpec(Section):
+    """``simulate``: every trial's loss drawn from a law instead of training (`sweep.simulate`).
+
+    ``law`` is a name (``chinchilla``, ``asymmetric``, ``chinchilla-lr``) or the law's
+    numbers; N is the trial's parameter count (cost model), D its tokens, the lr its peak
+    ``train.lr`` and the batch its tokens per step. ``noise`` is the sigma of the log-normal
+    seed noise on each trial's loss (one draw per trial, from ``seed`` and its number). The
+    study runs through the executors, MLflow and the analysis as any other, tagged
+    ``sweep.simulated``.
+    """
+
+    law: str | LawSpec = "chinchilla"
+    noise: float = Field(default=0.01, ge=0, le=0.5)
+    seed: int = 0
+
+    @field_validator("law")
+    @classmethod
+    def _known_law(cls, value: str | LawSpec) -> str | LawSpec:
+        if isinstance(value, str) and value not in LAWS:
+            raise ValueError(f"{value!r}: unknown law; choose from {', '.join(LAWS)} or give "
+                             "{E, A, B, alpha, beta}")
+        return value
+
+
 #: A study name: no path separators, spaces or leading dot, as it names a folder.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -200,6 +251,7 @@ class StudySpec(BaseModel):
     constraints: ConstraintsSpec = Field(default_factory=ConstraintsSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    simulate: SimulateSpec | None = None
     _kind: Any = PrivateAttr(default=None)
 
     @model_validator(mode="wrap")
