@@ -143,7 +143,7 @@ def spread_rows(estimator: str, draws: list[dict[str, float]], truth: dict[str, 
 def run_plan(spec: StudySpec, law: SimulatedLaw, *, repeats: int, noise: float, seed: int = 0,
              targets: list[float] | None = None,
              simulate: Callable[[Design, random.Random], SimulatedPoints] | None = None,
-             ) -> Plan:
+             estimators: tuple[str, ...] = ESTIMATORS) -> Plan:
     """Simulate ``spec``'s design ``repeats`` times under ``law`` and summarise the estimates.
 
     Args:
@@ -154,6 +154,7 @@ def run_plan(spec: StudySpec, law: SimulatedLaw, *, repeats: int, noise: float, 
         seed: Repeat ``r`` draws its noise from ``random.Random(f"{seed}:{r}")``.
         targets: Target budgets; default `plan_targets`.
         simulate: One simulated study; default the spec's fixed grid (`simulate_grid`).
+        estimators: The approaches to fit (keys of `ESTIMATORS`).
 
     Returns:
         The `Plan`.
@@ -162,15 +163,15 @@ def run_plan(spec: StudySpec, law: SimulatedLaw, *, repeats: int, noise: float, 
     targets = sorted(targets or plan_targets(spec))
     cache = GridCache()
     run = simulate or (lambda d, rng: simulate_grid(d, rng, cache))
-    draws: dict[str, list[dict[str, float]]] = {k: [] for k in ESTIMATORS}
+    draws: dict[str, list[dict[str, float]]] = {k: [] for k in estimators}
     flops, counts = [], []
     for r in range(repeats):
         points = run(design, random.Random(f"{seed}:{r}"))
         flops.append(points.total_flops)
         counts.append(points.n_params.size)
-        for key in ESTIMATORS:
+        for key in estimators:
             draws[key].append(estimate(key, points, targets))
     truth = true_values(law, targets)
-    spreads = [s for key in ESTIMATORS for s in spread_rows(key, draws[key], truth, targets)]
+    spreads = [s for key in estimators for s in spread_rows(key, draws[key], truth, targets)]
     return Plan(spec.name, law.as_dict(), repeats, noise, seed, targets,
                 float(np.median(flops)), float(np.median(counts)), spreads)
