@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -17,10 +17,12 @@ from sweep.schema import METRIC_N_PARAMS, METRIC_N_TOKENS
 if TYPE_CHECKING:
     from sweep.simulate.law import SimulatedLaw
     from sweep.simulate.plan import Plan
+    from sweep.spec import StudySpec
 
 #: ``--repeats`` and ``--noise`` ranges.
 REPEATS_RANGE = (2, 10_000)
 NOISE_RANGE = (0.0, 0.5)
+DESIGNS = ("fixed", "adaptive")
 
 
 def _read_law(value: str) -> tuple[SimulatedLaw | None, str | None]:
@@ -84,6 +86,9 @@ def plan_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of the first simulated study's noise."),
     target: float = typer.Option(None, "--target", help="A target budget C, FLOPs (default: "
                                  "100 x the largest of scaling.budgets)."),
+    design: str = typer.Option("fixed", "--design", help="fixed: the spec's grid; adaptive: "
+                               "rounds placed by the fits (sweep.simulate.adaptive) with the "
+                               "fixed grid's FLOPs as allowance, for the largest target."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Simulate a scaling study's design many times and report what its fits can tell.
@@ -102,6 +107,8 @@ def plan_cmd(
         bad_input(f"--noise {noise}: must be {NOISE_RANGE[0]:g} to {NOISE_RANGE[1]:g}")
     if target is not None and not (math.isfinite(target) and target > 0):
         bad_input(f"--target {target}: must be a finite number of FLOPs > 0")
+    if design not in DESIGNS:
+        bad_input(f"--design {design}: must be one of {', '.join(DESIGNS)}")
     from sweep.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -112,21 +119,35 @@ def plan_cmd(
     from sweep.simulate.plan import plan_targets, run_plan
 
     chosen = chosen or _study_law(str(study))
-    plan = run_plan(spec, chosen, repeats=repeats, noise=noise, seed=seed,
-                    targets=plan_targets(spec, target))
+    targets = plan_targets(spec, target)
+    plan = run_plan(spec, chosen, repeats=repeats, noise=noise, seed=seed, targets=targets,
+                    simulate=_adaptive(spec, chosen, noise, targets[-1]) if design != "fixed"
+                    else None)
     if as_json:
-        typer.echo(json.dumps(plan.as_json()))
+        typer.echo(json.dumps({**plan.as_json(), "design": design}))
         return
-    _print_plan(plan, law)
+    _print_plan(plan, law, design)
 
 
 def _num(value: float, fmt: str = ".4g") -> str:
     return "-" if not math.isfinite(value) else format(value, fmt)
 
 
-def _print_plan(plan: Plan, law_name: str) -> None:
+def _adaptive(spec: StudySpec, law: SimulatedLaw, noise: float, target: float) -> Any:
+    """One simulated adaptive study, its allowance the fixed grid's FLOPs (noise-free)."""
+    import random
+
+    from sweep.simulate.adaptive import AdaptiveSettings, simulate_adaptive
+    from sweep.simulate.design import Design, simulate_grid
+
+    allowance = simulate_grid(Design.of(spec, law, 0.0), random.Random(0)).total_flops
+    settings = AdaptiveSettings(target_flops=target, allowance_flops=allowance)
+    return lambda d, rng: simulate_adaptive(d, rng, settings)
+
+
+def _print_plan(plan: Plan, law_name: str, design: str) -> None:
     say = common.console.print
-    say(f"{plan.study}: {plan.repeats} simulated studies under law {law_name} "
+    say(f"{plan.study} ({design} design): {plan.repeats} simulated studies under law {law_name} "
         f"(E={plan.law['E']:.4g}, A={plan.law['A']:.4g}, B={plan.law['B']:.4g}, "
         f"alpha={plan.law['alpha']:.4g}, beta={plan.law['beta']:.4g}), noise sigma "
         f"{plan.noise:g}; each trains {plan.n_points:.0f} points, {plan.design_flops:.3g} FLOPs",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,7 +97,9 @@ def refit(n_params, n_tokens, loss, n_bootstrap: int, seed: int) -> Refit:
     n = np.asarray(n_params, dtype=float)
     weights = np.vstack([np.ones((1, n.size)),
                          bootstrap_counts(n.size, n_bootstrap, seed).astype(float)])
-    return Refit(weighted_refits(n, n_tokens, loss, weights, xatol=1e-4, fatol=1e-12))
+    with warnings.catch_warnings():  # Nelder-Mead's simplex test on an infinite RSS (inf - inf)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return Refit(weighted_refits(n, n_tokens, loss, weights, xatol=1e-4, fatol=1e-12))
 
 
 def next_round(settings: AdaptiveSettings, fit: Refit, budgets: list[float],

@@ -40,11 +40,14 @@ def _bad_inputs(tmp_path):
         "repeats": ([SPEC, "--repeats", "1"], "--repeats 1: must be 2 to 10000"),
         "noise": ([SPEC, "--noise", "0.9"], "--noise 0.9: must be 0 to 0.5"),
         "target": ([SPEC, "--target", "-1"], "--target -1.0: must be a finite number"),
+        "design": ([SPEC, "--design", "greedy"], "--design greedy: must be one of fixed, "
+                                                 "adaptive"),
     }
 
 
 @pytest.mark.parametrize("case", ["unknown law", "not a law file", "a law out of range",
-                                  "not a scaling study", "repeats", "noise", "target"])
+                                  "not a scaling study", "repeats", "noise", "target",
+                                  "design"])
 def test_bad_input_is_refused_before_any_heavy_library_loads(tmp_path, case):
     args, message = _bad_inputs(tmp_path)[case]
     result, stderr = _probe(["plan", *args], tmp_path)
@@ -62,6 +65,7 @@ def test_json_reports_every_estimator_at_the_target(tmp_path):
                                       "--noise", "0", "--target", "1e15", "--json"])
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)
+    assert plan["design"] == "fixed"
     assert plan["targets"][-1] == 1e15 and plan["repeats"] == 2
     at = {(s["estimator"], s["quantity"]): s for s in plan["spreads"]
           if s["budget_flops"] == 1e15}

@@ -81,3 +81,18 @@ def test_a_simulated_scaling_study_runs_end_to_end_and_recovers_the_law(tmp_path
     assert n_opt == pytest.approx(LAWS["chinchilla"].optimal_split(1e11)[0], rel=0.01)
     shown = CliRunner().invoke(app, ["results", str(out)], terminal_width=200)
     assert shown.exit_code == 0 and "SIMULATED (law chinchilla" in shown.output
+
+
+def test_validate_says_a_study_is_simulated(tmp_path):
+    import yaml
+
+    path = tmp_path / "sim.yaml"
+    path.write_text(yaml.safe_dump(simulated_spec("sim-validate", noise=0.01).to_data()))
+    result = CliRunner().invoke(app, ["validate", str(path), "--samples", "4"],
+                                terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "SIMULATED: every trial's loss is drawn from a law (law chinchilla; noise 0.01; " \
+        "seed 0)" in result.output
+    result = CliRunner().invoke(app, ["validate", str(path), "--samples", "4", "--json"])
+    assert json.loads(result.stdout)["simulate"] == {"law": "chinchilla", "noise": 0.01,
+                                                     "seed": 0}
