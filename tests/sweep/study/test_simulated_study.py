@@ -2,6 +2,7 @@
 executor, MLflow and the analysis, marked simulated everywhere."""
 
 import json
+from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
@@ -21,6 +22,8 @@ from sweep.simulate.source import eval_steps
 from sweep.spec import parse_spec
 from sweep.study import run_study
 from sweep.tracking import read_trials
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def simulated_spec(name, noise=0.0):
@@ -81,6 +84,13 @@ def test_a_simulated_scaling_study_runs_end_to_end_and_recovers_the_law(tmp_path
     assert n_opt == pytest.approx(LAWS["chinchilla"].optimal_split(1e11)[0], rel=0.01)
     shown = CliRunner().invoke(app, ["results", str(out)], terminal_width=200)
     assert shown.exit_code == 0 and "SIMULATED (law chinchilla" in shown.output
+    # sweep plan --law STUDY: the law its trials fit (VPNLS), here the one they were drawn from.
+    planned = CliRunner().invoke(app, ["plan", str(ROOT / "studies" / "scaling-isoflop.yaml"),
+                                       "--law", str(out), "--repeats", "2", "--json"])
+    assert planned.exit_code == 0, planned.output
+    law = json.loads(planned.stdout)["law"]
+    assert law["alpha"] == pytest.approx(0.34, abs=1e-3)
+    assert law["beta"] == pytest.approx(0.28, abs=1e-3)
 
 
 def test_validate_says_a_study_is_simulated(tmp_path):
