@@ -173,6 +173,8 @@ def test_pbt_other_rules():
     data = pbt_spec({"lr": {"float": [1e-4, 1e-2]}})
     del data["search"]["pbt"]
     assert "search.pbt: scheduler pbt needs a pbt section" in problems(data)
+    data = {**pbt_spec({"lr": {"float": [1e-4, 1e-2]}}), "simulate": {"law": "chinchilla"}}
+    assert "simulate: population-based training trains its members in chunks" in problems(data)
     spec = parse_spec(pbt_spec({"lr": {"float": [1e-4, 1e-2], "log": True},
                                 "dropout": {"choice": [0.0, 0.1]}}))
     assert spec.search.sampler == "random" and spec.search.pruner == "none"
