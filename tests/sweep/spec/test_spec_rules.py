@@ -4,6 +4,7 @@ import copy
 
 import pytest
 import yaml
+from testsupport import tiny_spec
 
 from sweep.spec import ChoiceDomain, SpecError, load_spec, parse_spec, spec_hash
 
@@ -175,6 +176,13 @@ def test_pbt_other_rules():
     assert "search.pbt: scheduler pbt needs a pbt section" in problems(data)
     data = {**pbt_spec({"lr": {"float": [1e-4, 1e-2]}}), "simulate": {"law": "chinchilla"}}
     assert "simulate: population-based training trains its members in chunks" in problems(data)
+
+
+def test_a_simulated_trial_takes_no_time():
+    data = {**tiny_spec("sim"), "simulate": {"law": "asymmetric"}}
+    data["train"] = {**data["train"], "seconds": 5}
+    del data["train"]["steps"]
+    assert "train.seconds: a simulated trial (simulate) takes no time" in problems(data)
     spec = parse_spec(pbt_spec({"lr": {"float": [1e-4, 1e-2], "log": True},
                                 "dropout": {"choice": [0.0, 0.1]}}))
     assert spec.search.sampler == "random" and spec.search.pruner == "none"
