@@ -21,8 +21,15 @@ of this noise). Prints one line per law and design, then one JSON line.
 
     python bench/adaptive.py [--repeats 100] [--noise 0.01] [--seed 0]
 
-Runtime: about 10 minutes on an idle 2-core CPU (the adaptive designs refit with a bootstrap
-after each round).
+Runtime: 951 s measured on a shared 2-core CPU (load about 6); the adaptive designs refit with
+a bootstrap after each round.
+
+Measured (100 repeats, noise 0.01, seed 0; N_opt width at 3e14 FLOPs, fixed / fixed_wide /
+adaptive / adaptive_60): chinchilla x2.04 / x1.58 / x1.44 / x1.56, asymmetric x1.93 / x1.47 /
+x1.44 / x1.63, chinchilla-lr x2.02 / x1.57 / x1.48 / x1.60. The adaptive design at the fixed
+grid's compute is x0.71-0.75 as wide (the 0.6 target is not met); with 55% of its compute it is
+narrower than the fixed grid on every law (met); its bias is no larger. Most of the gain is the
+wider span: against ``fixed_wide`` the adaptive design is x0.91-0.97 as wide.
 """
 
 from __future__ import annotations
