@@ -12,7 +12,8 @@ from rich.table import Table
 
 from sweep.cli import common
 from sweep.cli.common import app, bad_input
-from sweep.schema import METRIC_N_PARAMS, METRIC_N_TOKENS
+from sweep.schema import METRIC_MFU, METRIC_N_PARAMS, METRIC_N_TOKENS
+from sweep.train.peaks import DEFAULT_GPU, DEFAULT_MFU, PEAK_FLOPS, named_gpu
 
 if TYPE_CHECKING:
     from sweep.simulate.law import SimulatedLaw
@@ -86,6 +87,10 @@ def plan_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of the first simulated study's noise."),
     target: float = typer.Option(None, "--target", help="A target budget C, FLOPs (default: "
                                  "100 x the largest of scaling.budgets)."),
+    gpu: str = typer.Option(DEFAULT_GPU, help="GPU the design's compute is timed on (its "
+                            f"datasheet peak): one of {', '.join(PEAK_FLOPS)}."),
+    mfu: float = typer.Option(DEFAULT_MFU, help="Fraction of the GPU's peak a run reaches, in "
+                              "(0, 1]."),
     design: str = typer.Option("fixed", "--design", help="fixed: the spec's grid; adaptive: "
                                "rounds placed by the fits (sweep.simulate.adaptive) with the "
                                "fixed grid's FLOPs as allowance, for the largest target."),
@@ -109,6 +114,7 @@ def plan_cmd(
         bad_input(f"--target {target}: must be a finite number of FLOPs > 0")
     if design not in DESIGNS:
         bad_input(f"--design {design}: must be one of {', '.join(DESIGNS)}")
+    at = named_gpu(gpu, mfu)
     from sweep.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -123,10 +129,14 @@ def plan_cmd(
     plan = run_plan(spec, chosen, repeats=repeats, noise=noise, seed=seed, targets=targets,
                     simulate=_adaptive(spec, chosen, noise, targets[-1]) if design != "fixed"
                     else None)
+    timed = {"gpu": at.name, METRIC_MFU: at.mfu, "gpu_seconds": at.seconds(plan.design_flops)}
     if as_json:
-        typer.echo(json.dumps({**plan.as_json(), "design": design}))
+        typer.echo(json.dumps({**plan.as_json(), "design": design, **timed}))
         return
     _print_plan(plan, law, design)
+    common.console.print(f"the design trains {plan.design_flops:.3g} FLOPs: about "
+                         f"{timed['gpu_seconds']:.3g} s on one {at.name} at MFU {at.mfu:g}",
+                         highlight=False)
 
 
 def _num(value: float, fmt: str = ".4g") -> str:

@@ -42,12 +42,13 @@ def _bad_inputs(tmp_path):
         "target": ([SPEC, "--target", "-1"], "--target -1.0: must be a finite number"),
         "design": ([SPEC, "--design", "greedy"], "--design greedy: must be one of fixed, "
                                                  "adaptive"),
+        "gpu": ([SPEC, "--gpu", "tpu"], "--gpu 'tpu' is not a GPU whose peak is known"),
     }
 
 
 @pytest.mark.parametrize("case", ["unknown law", "not a law file", "a law out of range",
                                   "not a scaling study", "repeats", "noise", "target",
-                                  "design"])
+                                  "design", "gpu"])
 def test_bad_input_is_refused_before_any_heavy_library_loads(tmp_path, case):
     args, message = _bad_inputs(tmp_path)[case]
     result, stderr = _probe(["plan", *args], tmp_path)
@@ -65,7 +66,8 @@ def test_json_reports_every_estimator_at_the_target(tmp_path):
                                       "--noise", "0", "--target", "1e15", "--json"])
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)
-    assert plan["design"] == "fixed"
+    assert plan["design"] == "fixed" and plan["gpu"] == "H100" and plan["mfu"] == 0.4
+    assert plan["gpu_seconds"] == pytest.approx(plan["design_flops"] / (0.4 * 989e12), rel=0.01)
     assert plan["targets"][-1] == 1e15 and plan["repeats"] == 2
     at = {(s["estimator"], s["quantity"]): s for s in plan["spreads"]
           if s["budget_flops"] == 1e15}
