@@ -24,10 +24,10 @@ from pydantic import (
 
 from sweep.folder import StudyFolder
 from sweep.schema import METRIC_VAL_LOSS
-from sweep.simulate.law import LAWS
 from sweep.spec.domains import Param, SpecParam
 from sweep.spec.fields import DATA_SCHEMES, MAX_TOKENS, OBJECTIVES
 from sweep.spec.sections import section_of, validate_with_sections
+from sweep.spec.simulate import Section, SimulateSpec
 from sweep.train.config import BUDGET_FIELDS as _BUDGET_FIELDS
 
 if TYPE_CHECKING:
@@ -35,12 +35,6 @@ if TYPE_CHECKING:
 
 
 # ---------------------------------------------------------------------------------- sections
-class Section(BaseModel):
-    """A section of a study spec: unknown keys refused, frozen once validated."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 class DataSpec(Section):
     """``data``: a corpus URI (see `sweep.data`) and an optional vocabulary size."""
 
@@ -176,56 +170,6 @@ class TrackingSpec(Section):
     experiment: str | None = None
 
 
-
-
-class HparamLawSpec(Section):
-    """A hyperparameter's law: optimum ``coef * C^exponent``, loss ``curvature`` around it.
-
-    `sweep.simulate.law.HparamLaw`: a factor e off the optimum costs ``curvature`` of the loss.
-    """
-
-    coef: float = Field(gt=0)
-    exponent: float
-    curvature: float = Field(gt=0)
-
-
-class LawSpec(Section):
-    """A simulated law: (E + A / N^alpha + B / D^beta) (1 + lr and batch penalties).
-
-    Nats/token (`sweep.simulate.law.SimulatedLaw`; Hoffmann et al. 2022 eq. 2).
-    """
-
-    E: float = Field(ge=0)
-    A: float = Field(gt=0)
-    B: float = Field(gt=0)
-    alpha: float = Field(gt=0)
-    beta: float = Field(gt=0)
-    lr: HparamLawSpec | None = None
-    batch_size: HparamLawSpec | None = None
-
-
-class SimulateSpec(Section):
-    """``simulate``: every trial's loss drawn from a law instead of training (`sweep.simulate`).
-
-    ``law`` is a name (``chinchilla``, ``asymmetric``, ``chinchilla-lr``) or the law's
-    numbers; N is the trial's parameter count (cost model), D its tokens, the lr its peak
-    ``train.lr`` and the batch its tokens per step. ``noise`` is the sigma of the log-normal
-    seed noise on each trial's loss (one draw per trial, from ``seed`` and its number). The
-    study runs through the executors, MLflow and the analysis as any other, tagged
-    ``sweep.simulated``.
-    """
-
-    law: str | LawSpec = "chinchilla"
-    noise: float = Field(default=0.01, ge=0, le=0.5)
-    seed: int = 0
-
-    @field_validator("law")
-    @classmethod
-    def _known_law(cls, value: str | LawSpec) -> str | LawSpec:
-        if isinstance(value, str) and value not in LAWS:
-            raise ValueError(f"{value!r}: unknown law; choose from {', '.join(LAWS)} or give "
-                             "{E, A, B, alpha, beta}")
-        return value
 
 
 #: A study name: no path separators, spaces or leading dot, as it names a folder.

@@ -293,3 +293,15 @@ def test_trial_checkpoints_are_tokens_and_not_for_pbt():
     data["search"]["checkpoint_interval"] = 8192
     message = problems(data)
     assert "search.checkpoint_interval: PBT members checkpoint every" in message
+
+
+@pytest.mark.parametrize(("law", "message"), [
+    ("kaplan", "simulate.law: 'kaplan': unknown law; choose from chinchilla, asymmetric"),
+    ({"E": 1.7, "A": 400, "B": 400, "alpha": -0.3, "beta": 0.3},
+     "simulate.law: alpha: Input should be greater than 0"),
+    ({"E": 1.7, "A": 400}, "simulate.law: B: Field required; alpha: Field required"),
+    (3, "simulate.law: 3: a law's name"),
+])
+def test_a_bad_simulated_law_is_one_line_naming_its_field(law, message):
+    text = problems({**tiny_spec("sim"), "simulate": {"law": law}})
+    assert message in text and text.count("\n") == 1, text
