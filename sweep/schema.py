@@ -55,7 +55,7 @@ __all__ = [
     "TAG_FAIL_REASON", "TAG_HEARTBEAT", "TAG_KIND", "TAG_NOTE", "TAG_OWNER",
     "TAG_RESUMED_FROM", "TAG_RETRAIN_OF", "TAG_RETRAIN_OF_RUN", "TAG_RETRY_OF", "TAG_SAVED_TO",
     "TAG_SEARCHED", "TAG_VIEW_PREFIX", "TAG_SPEC_HASH", "TAG_STATE", "TAG_TRIAL_NUMBER",
-    "TAG_TORCH_THREADS", "TAG_TRUNCATED", "TRAIN_EXPERIMENT", "TRAIN_RUN_NAME",
+    "TAG_SIMULATED", "TAG_TORCH_THREADS", "TAG_TRUNCATED", "TRAIN_EXPERIMENT", "TRAIN_RUN_NAME",
     "TRANSFER_ANALYSIS_ARTIFACT", "TRANSFER_PLOTS_ARTIFACT_DIR", "TRIALS_ARTIFACT",
     "UI_MODEL_TRAINING", "VIEW_KEY", "TrialState", "cost_metrics", "count_metric",
     "mutation_key", "retrain_run_name", "run_name",
@@ -183,6 +183,9 @@ KIND_TRAIN = "train"
 TAG_RETRAIN_OF = "sweep.retrain_of"
 TAG_RETRAIN_OF_RUN = "sweep.retrain_of_run"
 TAG_SAVED_TO = "sweep.saved_to"
+#: On a simulated study's parent run and each trial run: the law its losses were drawn from
+#: (`sweep.simulate`), so a simulated study is never taken for a measured one.
+TAG_SIMULATED = "sweep.simulated"
 #: The experiment and run name of a ``sweep train`` that retrains no study's trial.
 TRAIN_EXPERIMENT = "sweep-train"
 TRAIN_RUN_NAME = "train"

@@ -14,8 +14,8 @@ import os
 
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
-from sweep.cli import analyze, cluster, coord, estimate, results, spec, study, train
+from sweep.cli import analyze, cluster, coord, estimate, plan, results, spec, study, train
 from sweep.cli.common import app
 
-__all__ = ["analyze", "app", "cluster", "coord", "estimate", "results", "spec", "study",
+__all__ = ["analyze", "app", "cluster", "coord", "estimate", "plan", "results", "spec", "study",
            "train"]

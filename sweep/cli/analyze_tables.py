@@ -57,6 +57,10 @@ def print_scaling_report(report: ScalingReport, out: Console) -> None:
 
     excluded = excluded_text(report.excluded)
     derived = report.points.attrs.get("n_tokens_from")
+    if report.points.attrs.get("simulated"):
+        out.print(f"SIMULATED study: every loss drawn from a law "
+                  f"({report.points.attrs['simulated']}); no model trained", highlight=False,
+                  markup=False, style="bold")
     out.print(f"{report.source}: {len(report.points)} points"
               f"{f' (excluded: {excluded})' if excluded else ''}; parameter count N: "
               f"{report.n_params_convention}; FLOPs: {FLOP_CONVENTION}"

@@ -103,9 +103,9 @@ class _Command(TyperCommand):
 
 #: ``sweep --help`` lists the commands in the order of a user's day: run a study, look at it,
 #: analyse it, train and sample the chosen model; then the tools, then the cluster's commands.
-COMMAND_ORDER = ("run", "validate", "results", "ui", "dashboard", "analyze", "train", "sample",
-                 "estimate", "coord-check", "schema", "worker", "sync", "submit", "status",
-                 "jobs", "logs", "stop")
+COMMAND_ORDER = ("run", "validate", "plan", "results", "ui", "dashboard", "analyze", "train",
+                 "sample", "estimate", "coord-check", "schema", "worker", "sync", "submit",
+                 "status", "jobs", "logs", "stop")
 
 
 class Group(TyperGroup):

@@ -153,6 +153,8 @@ def _fit(columns: dict[str, str], n_lead: int,
 def _title(frame: Any) -> str:
     """The study, its trials and, where known, the corpus's unigram baseline."""
     title = f"{frame.attrs['study']}: {len(frame)} trials (best first)"
+    if frame.attrs.get("simulated"):
+        title = f"SIMULATED ({frame.attrs['simulated']}; no model trained) {title}"
     if math.isfinite(frame.attrs[METRIC_BASELINE]):
         base = frame.attrs[METRIC_BASELINE]
         title += f"; unigram baseline {base:.4f} nats/token"

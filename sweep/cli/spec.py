@@ -78,6 +78,8 @@ def validate(
     if as_json:
         common.console.print_json(json.dumps({"name": spec.name, "spec_hash": spec_hash(spec),
                                               "search": spec.search.model_dump(mode="json"),
+                                              "simulate": None if spec.simulate is None else
+                                              spec.simulate.model_dump(mode="json"),
                                               "corpus": _corpus_record(spec, corpus),
                                               **summary, **described.record,
                                               "warnings": described.warnings}))
@@ -101,6 +103,11 @@ def _print_summary(spec: StudySpec, corpus: Corpus | None, summary: dict[str, An
                          f"sampler {s.sampler}, pruner {s.pruner}, scheduler {s.scheduler}, "
                          f"{spec.kind.trial_count(spec)} trials, objectives "
                          f"{', '.join(f'{o} ({d})' for o, d in spec.objective_directions())}")
+    if spec.simulate is not None:
+        from sweep.simulate.source import simulated_tag
+
+        _say(f"SIMULATED: every trial's loss is drawn from a law ({simulated_tag(spec)}); no "
+             "model trains")
     table = Table("parameter", "kind", "domain", "when")
     for row in summary["params"]:
         table.add_row(row["path"], row["kind"], row["domain"], row["when"])

@@ -103,6 +103,7 @@ class StudyKind:
         owned_model_fields: ``model`` fields the kind sets for every trial (a spec may not).
         analysis: The module of the kind's ``sweep analyze`` command (it defines ``NAME``,
             ``HELP`` and the command function ``command``), or None.
+        plannable: Whether ``sweep plan`` can simulate the kind's design (`sweep.simulate`).
     """
 
     name: ClassVar[str] = ""
@@ -112,6 +113,7 @@ class StudyKind:
     trials_from: ClassVar[str | None] = None
     owned_model_fields: ClassVar[tuple[str, ...]] = ()
     analysis: ClassVar[str | None] = None
+    plannable: ClassVar[bool] = False
 
     # ------------------------------------------------------------------------------- spec
     def selects(self, spec: StudySpec) -> bool:

@@ -240,7 +240,8 @@ def read_study(study_or_dir: str | Path,
 
     Returns:
         ``(trials, attrs)``; ``attrs`` holds ``tracking_uri``, ``study``, ``experiment_id``,
-        ``parent_run_id`` and ``baseline_unigram_loss`` (`read_baseline`).
+        ``parent_run_id``, ``baseline_unigram_loss`` (`read_baseline`) and ``simulated`` (the
+        law of a simulated study, `sweep.tracking.read_simulated`; None for a trained one).
 
     Raises:
         StudyNotFoundError: No such study (see `resolve_study`), or its experiment has no
@@ -255,4 +256,5 @@ def read_study(study_or_dir: str | Path,
     trials = tracking.read_trials(tracking_uri, experiment_id, parent_run_id)
     return trials, {"tracking_uri": tracking_uri, "study": study,
                     "experiment_id": experiment_id, "parent_run_id": parent_run_id,
-                    METRIC_BASELINE: read_baseline(tracking_uri, parent_run_id)}
+                    METRIC_BASELINE: read_baseline(tracking_uri, parent_run_id),
+                    "simulated": tracking.read_simulated(tracking_uri, parent_run_id)}

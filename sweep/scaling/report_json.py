@@ -51,7 +51,8 @@ def report_json(report: ScalingReport) -> dict[str, Any]:
     ``huber_delta``, the delta it used. Non-finite numbers are null.
     A report with a verdict or notes (`sweep.scaling.verdict.conclude`) adds ``verdict``
     (`sweep.scaling.verdict.verdict_json`), ``notes`` (each `Note` with its ``text``) and
-    ``recommendations`` (the shapes to train, each with its spec fragment).
+    ``recommendations`` (the shapes to train, each with its spec fragment). A simulated
+    study's report adds ``simulated``, the law its losses were drawn from.
     """
     out: dict[str, Any] = {}
     for key, result in report.results.items():
@@ -82,6 +83,8 @@ def report_json(report: ScalingReport) -> dict[str, Any]:
         out["verdict"] = verdict_json(report.verdict)
         out["notes"] = [note.as_dict() for note in report.notes]
         out["recommendations"] = [dict(row) for row in report.recommendations]
+    if report.points.attrs.get("simulated"):
+        out["simulated"] = report.points.attrs["simulated"]
     return out
 
 

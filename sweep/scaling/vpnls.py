@@ -304,7 +304,8 @@ def _bootstrap(n, d, log_n, log_d, y, pn, pd, grid_a, grid_b, n_bootstrap, seed,
 
 
 def weighted_refits(n_params, n_tokens, loss, weights, *,
-                    xatol: float = NELDER_MEAD_OPTIONS["xatol"]) -> np.ndarray:
+                    xatol: float = NELDER_MEAD_OPTIONS["xatol"],
+                    fatol: float = NELDER_MEAD_OPTIONS["fatol"]) -> np.ndarray:
     """The whole VPNLS procedure (grid, then Nelder-Mead) once per row of ``weights``.
 
     Args:
@@ -315,6 +316,8 @@ def weighted_refits(n_params, n_tokens, loss, weights, *,
             leave-one-out refit does).
         xatol: Nelder-Mead's tolerance on alpha and beta (the fit's own by default; looser
             for refits that need a's change to 1e-4, not 1e-10).
+        fatol: Nelder-Mead's tolerance on the residual sum of squares (looser for refits
+            whose RSS, of order 1e-3, is not resolved to 1e-15 by NNLS's rounding).
 
     Returns:
         Shape ``(R, 5)``: ``E, A, B, alpha, beta`` (`PARAMS` order) of each refit.
@@ -325,7 +328,7 @@ def weighted_refits(n_params, n_tokens, loss, weights, *,
     log_n, log_d = np.log(n), np.log(d)
     pn, pd = np.exp(-np.outer(log_n, grid_a)), np.exp(-np.outer(log_d, grid_b))
     out = np.empty((weights.shape[0], 5))
-    options = {**NELDER_MEAD_OPTIONS, "xatol": xatol}
+    options = {**NELDER_MEAD_OPTIONS, "xatol": xatol, "fatol": fatol}
     chunk = max(1, 200_000 // (grid_a.size * grid_b.size))  # bounds the grids' memory
     for start in range(0, weights.shape[0], chunk):
         block = weights[start:start + chunk]

@@ -14,7 +14,7 @@ import math
 import random
 from dataclasses import dataclass, fields
 
-__all__ = ["HparamLaw", "LAWS", "SimulatedLaw", "noisy"]
+__all__ = ["HparamLaw", "LAWS", "SimulatedLaw", "law_from_data", "noisy"]
 
 
 @dataclass(frozen=True)
@@ -114,3 +114,61 @@ LAWS: dict[str, SimulatedLaw] = {
     "chinchilla-lr": SimulatedLaw(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28,
                                   lr=DEEPSEEK_LR, batch_size=DEEPSEEK_BATCH),
 }
+
+
+_LAW_FIELDS = ("E", "A", "B", "alpha", "beta")
+_HPARAM_FIELDS = ("coef", "exponent", "curvature")
+
+
+def _number(where: str, value: object, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where}={value!r}: must be a finite number")
+    if positive and not value > 0:
+        raise ValueError(f"{where}={value!r}: must be > 0")
+    return float(value)
+
+
+def _hparam(where: str, data: object) -> HparamLaw:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: must be a mapping of {', '.join(_HPARAM_FIELDS)}")
+    unknown = sorted(set(data) - set(_HPARAM_FIELDS))
+    missing = [k for k in _HPARAM_FIELDS if k not in data]
+    if unknown or missing:
+        raise ValueError(f"{where}: " + (f"unknown field(s) {', '.join(map(str, unknown))}"
+                                         if unknown else f"missing {', '.join(missing)}"))
+    return HparamLaw(_number(f"{where}.coef", data["coef"], positive=True),
+                     _number(f"{where}.exponent", data["exponent"], positive=False),
+                     _number(f"{where}.curvature", data["curvature"], positive=True))
+
+
+def law_from_data(data: object, where: str = "law") -> SimulatedLaw:
+    """A law from a name of `LAWS` or a mapping ``{E, A, B, alpha, beta, lr?, batch_size?}``.
+
+    ``lr`` and ``batch_size`` are ``{coef, exponent, curvature}`` (`HparamLaw`).
+
+    Raises:
+        ValueError: An unknown name, a missing or unknown field, or a value out of range
+            (E >= 0; A, B, alpha, beta, coef, curvature > 0), naming ``where`` and the field.
+    """
+    if isinstance(data, str):
+        if data not in LAWS:
+            raise ValueError(f"{where}={data!r}: unknown law; choose from {', '.join(LAWS)} "
+                             "or give {E, A, B, alpha, beta}")
+        return LAWS[data]
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: must be a law's name ({', '.join(LAWS)}) or a mapping of "
+                         f"{', '.join(_LAW_FIELDS)} (lr and batch_size optional)")
+    unknown = sorted(map(str, set(data) - {*_LAW_FIELDS, "lr", "batch_size"}))
+    missing = [k for k in _LAW_FIELDS if k not in data]
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}; a law has "
+                         f"{', '.join(_LAW_FIELDS)}, lr, batch_size")
+    if missing:
+        raise ValueError(f"{where}: missing {', '.join(missing)}")
+    values = {k: _number(f"{where}.{k}", data[k], positive=k != "E") for k in _LAW_FIELDS}
+    if values["E"] < 0:
+        raise ValueError(f"{where}.E={values['E']!r}: must be >= 0")
+    lr, batch = (_hparam(f"{where}.{k}", data[k]) if data.get(k) is not None else None
+                 for k in ("lr", "batch_size"))
+    return SimulatedLaw(values["E"], values["A"], values["B"], values["alpha"], values["beta"],
+                        lr=lr, batch_size=batch)

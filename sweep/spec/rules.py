@@ -90,6 +90,9 @@ def _check_fields(spec: StudySpec) -> Iterator[str]:
     if spec.kind.budget(spec) is None and len(budgets) != 1:
         got = ", ".join(budgets) if budgets else "none"
         yield f"train: exactly one budget of {', '.join(_BUDGET_FIELDS)} is needed (got {got})"
+    if spec.simulate is not None and "seconds" in spec.train:
+        yield ("train.seconds: a simulated trial (simulate) takes no time; give its budget in "
+               "tokens, steps or flops")
     vocab = model.get("vocab_size")
     if spec.data.vocab_size and is_int(vocab) and vocab < spec.data.vocab_size:
         yield (f"model.vocab_size: {vocab} is smaller than data.vocab_size="

@@ -27,6 +27,7 @@ from sweep.schema import METRIC_VAL_LOSS
 from sweep.spec.domains import Param, SpecParam
 from sweep.spec.fields import DATA_SCHEMES, MAX_TOKENS, OBJECTIVES
 from sweep.spec.sections import section_of, validate_with_sections
+from sweep.spec.simulate import Section, SimulateSpec
 from sweep.train.config import BUDGET_FIELDS as _BUDGET_FIELDS
 
 if TYPE_CHECKING:
@@ -34,12 +35,6 @@ if TYPE_CHECKING:
 
 
 # ---------------------------------------------------------------------------------- sections
-class Section(BaseModel):
-    """A section of a study spec: unknown keys refused, frozen once validated."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
-
 class DataSpec(Section):
     """``data``: a corpus URI (see `sweep.data`) and an optional vocabulary size."""
 
@@ -200,6 +195,7 @@ class StudySpec(BaseModel):
     constraints: ConstraintsSpec = Field(default_factory=ConstraintsSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    simulate: SimulateSpec | None = None
     _kind: Any = PrivateAttr(default=None)
 
     @model_validator(mode="wrap")

@@ -26,7 +26,8 @@ from sweep.data import Corpus
 from sweep.executors import get_executor
 from sweep.folder import StudyFolder
 from sweep.kinds import KindRun, Prepared
-from sweep.schema import METRIC_BEST_VAL_LOSS
+from sweep.schema import METRIC_BEST_VAL_LOSS, TAG_SIMULATED
+from sweep.simulate.source import simulated_tag
 from sweep.space import SpaceSummary
 from sweep.spec import StudySpec, spec_hash
 from sweep.study.eta import Eta, spec_cost
@@ -283,7 +284,12 @@ def _run(spec: StudySpec, out: Path, corpus: Corpus, space_summary: SpaceSummary
                                  resume=True, spec_hash=spec_hash(spec), command=command,
                                  searched=[p.path for p in spec.searched()])
     with tracker:
-        tracker.log_corpus(corpus.describe(), corpus.baseline_unigram_loss)
+        lines = corpus.describe()
+        if spec.simulate is not None:  # marked in the parent's tags and its description
+            tracker.context.set_parent_tags({TAG_SIMULATED: simulated_tag(spec)})
+            lines = [f"SIMULATED: every loss drawn from a law ({simulated_tag(spec)}); no "
+                     "model trained", *lines]
+        tracker.log_corpus(lines, corpus.baseline_unigram_loss)
         # A trial keeps its run's writes in the study folder while the store does not answer.
         tracker.context = dataclasses.replace(tracker.context,
                                               buffer_dir=str(StudyFolder(out).buffer))

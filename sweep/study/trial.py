@@ -8,7 +8,8 @@ checkpoints) its two halves:
    metrics, and checks the spec's constraints with the cost model: an infeasible config is
    recorded as ``INFEASIBLE`` with the reason and costs no training; a feasible one sets the
    process's torch threads (`trial_threads`, tag ``sweep.torch_threads``);
-2. `train_trial` trains through `sweep.train.Trainer`, sending each evaluation to MLflow and
+2. `train_trial` trains through `sweep.train.Trainer` (or, for a spec with ``simulate``, draws
+   the losses from its law: `sweep.simulate.source`), sending each evaluation to MLflow and
    to the executor's reporter (which may prune), and ends the run in the trial's final state.
 
 `StudyContext` carries what a worker process needs (picklable), so trials run the same way in
@@ -29,14 +30,17 @@ from sweep.data import Corpus, load_corpus
 from sweep.folder import StudyFolder
 from sweep.schema import (
     METRIC_BEST_VAL_LOSS,
+    METRIC_N_PARAMS,
     METRIC_RESUMED_TOKENS,
     TAG_CHECKPOINT_NOTE,
     TAG_RESUMED_FROM,
+    TAG_SIMULATED,
     TAG_TORCH_THREADS,
     TrialState,
     cost_metrics,
     run_name,
 )
+from sweep.simulate.source import simulate_trial, simulated_tag
 from sweep.space import SpaceSummary
 from sweep.spec import StudySpec
 from sweep.tracking import TrialContext, TrialRun
@@ -277,7 +281,12 @@ def train_trial(ctx: StudyContext, trial: OpenTrial,
     """
     with _infrastructure_faults(), trial.run as run:
         tee = _Tee(run, reporter or NullReporter())
-        result = ctx.spec.kind.train(ctx, trial, run, tee)  # the kind's own way, if it has one
+        if ctx.spec.simulate is not None:  # the law in place of training, for every kind
+            run.set_tags({TAG_SIMULATED: simulated_tag(ctx.spec)})
+            result = simulate_trial(ctx.spec, trial.number, trial.model, trial.train,
+                                    trial.cost[METRIC_N_PARAMS], tee, ctx.corpus())
+        else:
+            result = ctx.spec.kind.train(ctx, trial, run, tee)  # the kind's own, if it has one
         interval = ctx.spec.search.checkpoint_interval
         if result is None and interval:
             result = _train_checkpointed(ctx, trial, run, tee, interval)

@@ -15,6 +15,7 @@ from sweep.tracking.artifacts import (
     log_json,
     read_parent_metrics,
     read_searched,
+    read_simulated,
     read_stored_spec,
 )
 from sweep.tracking.reader import (
@@ -60,6 +61,7 @@ __all__ = [
     "read_landing_query",
     "read_parent_metrics",
     "read_searched",
+    "read_simulated",
     "read_stored_spec",
     "read_trials",
     "run_url",

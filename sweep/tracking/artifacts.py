@@ -16,11 +16,12 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from sweep.errors import InputError
-from sweep.schema import TAG_SEARCHED
+from sweep.schema import TAG_SEARCHED, TAG_SIMULATED
 from sweep.tracking.stores import reading_uri, relocate_artifacts
 from sweep.tracking.study_run import load_stored_spec
 
-__all__ = ["StoredSpecError", "log_files", "log_json", "read_parent_metrics", "read_stored_spec"]
+__all__ = ["StoredSpecError", "log_files", "log_json", "read_parent_metrics", "read_searched",
+           "read_simulated", "read_stored_spec"]
 
 
 def _writing_client(tracking_uri: str, run_id: str) -> MlflowClient:
@@ -85,3 +86,11 @@ def read_searched(tracking_uri: str, run_id: str) -> list[str] | None:
     tags = MlflowClient(reading_uri(tracking_uri)).get_run(run_id).data.tags
     text = tags.get(TAG_SEARCHED)
     return None if text is None else [name for name in text.split(",") if name]
+
+
+def read_simulated(tracking_uri: str, run_id: str) -> str | None:
+    """The law a simulated study's losses were drawn from, or None for a trained study.
+
+    Tag ``sweep.simulated`` of the study's parent run ``run_id``.
+    """
+    return MlflowClient(reading_uri(tracking_uri)).get_run(run_id).data.tags.get(TAG_SIMULATED)

@@ -16,6 +16,7 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import RunStatus
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
 from sweep.redact import remember, shown_uri
 from sweep.schema import (
@@ -142,6 +143,12 @@ class TrialContext:
         """The state trial run ``run_id`` recorded (tag ``sweep.state``)."""
         tags = MlflowClient(self.tracking_uri).get_run(run_id).data.tags
         return TrialState(tags.get(TAG_STATE, TrialState.RUNNING))
+
+    def set_parent_tags(self, tags: Mapping[str, str]) -> None:
+        """Set tags on the study's parent run (values cut to the store's tag limit)."""
+        client = MlflowClient(self.tracking_uri)
+        for key, value in tags.items():
+            client.set_tag(self.parent_run_id, key, str(value)[:MAX_TAG_VAL_LENGTH])
 
     def log_parent_text(self, text: str, artifact: str) -> None:
         """Save ``text`` as artifact ``artifact`` of the study's parent run."""

@@ -44,6 +44,7 @@ from sweep.schema import (
     TAG_FAIL_REASON,
     TAG_HEARTBEAT,
     TAG_NOTE,
+    TAG_SIMULATED,
     TAG_STATE,
     TAG_TRUNCATED,
     TrialState,
@@ -111,6 +112,7 @@ class TrialRun:
         self.state = TrialState.RUNNING
         self.best_val_loss = math.inf
         self.last_step = -1
+        self.simulated: str | None = None  # tag sweep.simulated, for the description
         self._last_loss_step = -1  # the last step a finite val_loss was logged at
         self._diverged_at = -1  # tokens of a DIVERGED result (`log_result`)
         self._losses: set[str] = set()  # loss metrics logged (their last value is finite)
@@ -295,7 +297,12 @@ class TrialRun:
         self.log_metrics(metrics, step=int(tokens))
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        """Set tags on the run (values cut to the store's tag limit)."""
+        """Set tags on the run (values cut to the store's tag limit).
+
+        Tag ``sweep.simulated`` also marks the run's description (`end`).
+        """
+        if TAG_SIMULATED in tags:
+            self.simulated = str(tags[TAG_SIMULATED])
         self._log(tags=[RunTag(k, str(v)[:MAX_TAG_VAL_LENGTH]) for k, v in tags.items()])
 
     def log_mutation(self, tokens: int, changes: Mapping[str, Any]) -> None:
@@ -371,6 +378,8 @@ class TrialRun:
         if reason:
             reason = redact(reason)
         note = trial_note(state, tokens=self.last_step, reason=reason)
+        if self.simulated:
+            note = f"SIMULATED ({self.simulated}), no model trained. {note}"
         tags.append(RunTag(TAG_NOTE, note[:MAX_TAG_VAL_LENGTH]))
         if reason:
             if len(reason) > MAX_TAG_VAL_LENGTH or detail:

@@ -25,6 +25,10 @@ def pbt_problems(spec: StudySpec) -> list[str]:
     if pbt is None:
         problems.append("search.pbt: scheduler pbt needs a pbt section "
                         "(perturbation_interval, hyperparam_mutations)")
+    if spec.simulate is not None:
+        problems.append("simulate: population-based training trains its members in chunks "
+                        "between checkpoints and changes their hyperparameters as they train; a "
+                        "simulated trial has no such training, so a PBT study cannot be simulated")
     if s.sampler not in ("random", "grid"):
         problems.append(f"search.sampler: pbt draws its population at random (Ray Tune "
                         f"cannot combine a search algorithm with PBT); {s.sampler} "

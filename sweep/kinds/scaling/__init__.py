@@ -41,6 +41,7 @@ class ScalingKind(GridKind):
     trials_from = "its grid points (scaling.budgets x scaling.sizes_per_budget)"
     owned_model_fields = SCALING_OWNED_MODEL
     analysis = "sweep.kinds.scaling.analyze"
+    plannable = True
 
     def problems(self, spec: StudySpec) -> Iterable[str]:
         return scaling_problems(spec)

@@ -86,10 +86,7 @@ def run_budgets(job: KindRun, corpus_train_tokens: int | None) -> Any:
     study = None
     held = ctx.tracking.read_trials()
     for budget in section.budgets:
-        centre = source = None
-        if section.recentre and optima:
-            centre = grid.recentre(budget, optima)
-            source = f"re-centred on the optimum of {len(optima)} earlier budget(s)"
+        centre, source = grid.next_centre(section.recentre, budget, optima)
         lay = grid.layout_budget(spec, budget, cands=cands, centre_n_params=centre,
                                  centre_source=source, corpus_train_tokens=corpus_train_tokens,
                                  device=ctx.device)

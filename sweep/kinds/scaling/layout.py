@@ -36,7 +36,7 @@ from sweep.train.schedule import wsd_stable_end
 from sweep_models.errors import required
 
 __all__ = ["BudgetLayout", "GridPoint", "curve_optimum", "grid_rows", "layout", "layout_budget",
-           "layout_problems", "prior_centre", "recentre"]
+           "layout_problems", "next_centre", "prior_centre", "recentre"]
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,19 @@ def recentre(budget_flops: float, optima: list[tuple[float, float]]) -> float | 
     return float(math.exp(k + a * math.log(budget_flops)))
 
 
+def next_centre(recentring: bool, budget_flops: float,
+                optima: list[tuple[float, float]]) -> tuple[float | None, str | None]:
+    """The centre N* of the next budget and how it was found, as the study runs.
+
+    With ``recentring`` (``scaling.recentre``) and earlier optima ``(C, N_opt)``: `recentre`;
+    else ``(None, None)``, the tokens-per-param prior (`layout_budget`'s default).
+    """
+    if not (recentring and optima):
+        return None, None
+    return (recentre(budget_flops, optima),
+            f"re-centred on the optimum of {len(optima)} earlier budget(s)")
+
+
 def layout_budget(
     spec: StudySpec,
     budget_flops: float,
@@ -158,6 +171,8 @@ def layout_budget(
     centre_source: str | None = None,
     corpus_train_tokens: int | None = None,
     device: str | None = None,
+    span: float | None = None,
+    sizes: int | None = None,
 ) -> BudgetLayout:
     """The points of one budget: ``sizes_per_budget`` shapes spanning the centre.
 
@@ -175,6 +190,8 @@ def layout_budget(
         corpus_train_tokens: Tokens in the corpus's training split (no epoch limit when None).
         device: The device whose memory bounds ``constraints.max_memory_gb`` (None: the train
             config's).
+        span: The span around N* (None: ``scaling.span``).
+        sizes: How many sizes (None: ``scaling.sizes_per_budget``).
 
     Returns:
         The `BudgetLayout`; fewer points than ``sizes_per_budget`` when the family is short
@@ -186,7 +203,8 @@ def layout_budget(
         centre_n_params = prior_centre(cands, budget_flops, sc.tokens_per_param)
         centre_source = f"prior: {sc.tokens_per_param:g} tokens per parameter"
     out = BudgetLayout(float(budget_flops), float(centre_n_params), centre_source or "given")
-    lo, hi = centre_n_params / sc.span, centre_n_params * sc.span
+    span, sizes = span or sc.span, sizes or sc.sizes_per_budget
+    lo, hi = centre_n_params / span, centre_n_params * span
     usable: list[GridPoint] = []
     left_out: list[tuple[int, str, str]] = []
     for cand in cands:
@@ -214,18 +232,23 @@ def layout_budget(
         out.dropped = [(label, reason) for _, label, reason in left_out]
         return out
     out.trainable_n = (usable[0].candidate.n_params, usable[-1].candidate.n_params)
+    out.points = [usable[i] for i in _nearest(usable, lo, hi, sizes)]
+    short = len(out.points) < sizes
+    out.dropped = [(label, reason) for n, label, reason in left_out
+                   if short or lo / 1.5 <= n <= hi * 1.5]
+    return out
+
+
+def _nearest(usable: list[GridPoint], lo: float, hi: float, sizes: int) -> list[int]:
+    """Indices of the points nearest (log N) to ``sizes`` targets log-spaced in [lo, hi]."""
     log_n = np.log([p.candidate.n_params for p in usable])
     chosen: list[int] = []
-    for target in np.linspace(math.log(lo), math.log(hi), sc.sizes_per_budget):
+    for target in np.linspace(math.log(lo), math.log(hi), sizes):
         order = np.argsort(np.abs(log_n - target), kind="stable")
         pick = next((int(i) for i in order if int(i) not in chosen), None)
         if pick is not None:
             chosen.append(pick)
-    out.points = [usable[i] for i in sorted(chosen)]
-    short = len(out.points) < sc.sizes_per_budget
-    out.dropped = [(label, reason) for n, label, reason in left_out
-                   if short or lo / 1.5 <= n <= hi * 1.5]
-    return out
+    return sorted(chosen)
 
 
 def _constrained(spec: StudySpec) -> bool:

@@ -95,8 +95,8 @@ def test_help_reads_cleanly_at_80_columns(names):
 def test_sweep_help_lists_the_commands_in_the_order_of_a_users_day():
     text = _help_at_80()
     listed = re.findall(r"^│ ([a-z][a-z-]+) ", text.split("Commands", 1)[1], re.M)
-    assert listed[:8] == ["run", "validate", "results", "ui", "dashboard", "analyze", "train",
-                          "sample"]
+    assert listed[:9] == ["run", "validate", "plan", "results", "ui", "dashboard", "analyze",
+                          "train", "sample"]
     assert sorted(listed) == sorted(GROUP.commands)
 
 

@@ -4,6 +4,7 @@ import copy
 
 import pytest
 import yaml
+from testsupport import tiny_spec
 
 from sweep.spec import ChoiceDomain, SpecError, load_spec, parse_spec, spec_hash
 
@@ -173,6 +174,15 @@ def test_pbt_other_rules():
     data = pbt_spec({"lr": {"float": [1e-4, 1e-2]}})
     del data["search"]["pbt"]
     assert "search.pbt: scheduler pbt needs a pbt section" in problems(data)
+    data = {**pbt_spec({"lr": {"float": [1e-4, 1e-2]}}), "simulate": {"law": "chinchilla"}}
+    assert "simulate: population-based training trains its members in chunks" in problems(data)
+
+
+def test_a_simulated_trial_takes_no_time():
+    data = {**tiny_spec("sim"), "simulate": {"law": "asymmetric"}}
+    data["train"] = {**data["train"], "seconds": 5}
+    del data["train"]["steps"]
+    assert "train.seconds: a simulated trial (simulate) takes no time" in problems(data)
     spec = parse_spec(pbt_spec({"lr": {"float": [1e-4, 1e-2], "log": True},
                                 "dropout": {"choice": [0.0, 0.1]}}))
     assert spec.search.sampler == "random" and spec.search.pruner == "none"
@@ -283,3 +293,15 @@ def test_trial_checkpoints_are_tokens_and_not_for_pbt():
     data["search"]["checkpoint_interval"] = 8192
     message = problems(data)
     assert "search.checkpoint_interval: PBT members checkpoint every" in message
+
+
+@pytest.mark.parametrize(("law", "message"), [
+    ("kaplan", "simulate.law: 'kaplan': unknown law; choose from chinchilla, asymmetric"),
+    ({"E": 1.7, "A": 400, "B": 400, "alpha": -0.3, "beta": 0.3},
+     "simulate.law: alpha: Input should be greater than 0"),
+    ({"E": 1.7, "A": 400}, "simulate.law: B: Field required; alpha: Field required"),
+    (3, "simulate.law: 3: a law's name"),
+])
+def test_a_bad_simulated_law_is_one_line_naming_its_field(law, message):
+    text = problems({**tiny_spec("sim"), "simulate": {"law": law}})
+    assert message in text and text.count("\n") == 1, text
