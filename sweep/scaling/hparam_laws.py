@@ -301,6 +301,11 @@ def fit_hparam_laws(flops, lr, batch_size, loss, *, band: float = DEFAULT_BAND,
                 notes.append(f"{HPARAMS[j]} by {method}: fewer than 2 budgets to fit")
                 continue
             d = draws.get((j, method), {})
+            failed = int(np.isnan(d["exponent"]).sum()) if d else 0
+            if failed:
+                notes.append(f"{HPARAMS[j]} by {method}: {failed} of {n_bootstrap} resamples "
+                             "could not be refitted (a budget left without 3 values or a "
+                             "vertex); its intervals are from the rest")
             points = _points(j, method, c, logs, y, budget, budgets, band, vertices)
             fits.append(HparamLawFit(HPARAMS[j], method, math.exp(log_a), b, points,
                                      percentile_intervals(d, level) if d else {}, d, level))
