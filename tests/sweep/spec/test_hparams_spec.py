@@ -110,3 +110,13 @@ def test_validate_shows_the_grid_and_its_compute(tmp_path):
     text = CliRunner().invoke(app, ["validate", str(path)])
     assert "hparams grid: 30 trials" in text.stdout
     assert "learning rates (hparams.lr): 0.001, 0.002, 0.004, 0.008, 0.016" in text.stdout
+
+
+def test_a_resume_refuses_a_changed_grid():
+    from sweep.spec.resume import ResumeError, check_resume_compatible
+
+    old = spec().to_data()
+    assert check_resume_compatible(old, spec().to_data()) == []
+    with pytest.raises(ResumeError, match=r"hparams.lr changed from"):
+        check_resume_compatible(old, spec(hparams={"lr": {"low": 1e-3, "high": 1.6e-2, "n": 3}})
+                                .to_data())
