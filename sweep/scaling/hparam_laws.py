@@ -316,7 +316,10 @@ def fit_hparam_laws(flops, lr, batch_size, loss, *, band: float = DEFAULT_BAND,
                         [float(t) for t in targets], notes)
 
 
-def _points(j, method, c, logs, y, budget, budgets, band, vertices) -> tuple:
+def _points(j: int, method: str, c: np.ndarray, logs: np.ndarray, y: np.ndarray,
+            budget: np.ndarray, budgets: np.ndarray, band: float,
+            vertices: dict[int, dict[int, float]]) -> tuple[tuple[float, float], ...]:
+    """``(C, value)`` a fit's line goes through (`HparamLawFit.points`)."""
     if method == "band":
         inside = _band_points(y, budget, np.ones(y.size), band) > 0
         return tuple((float(ci), float(math.exp(v))) for ci, v in zip(c[inside],
@@ -326,8 +329,9 @@ def _points(j, method, c, logs, y, budget, budgets, band, vertices) -> tuple:
                  for k, v in sorted(vertices.items()) if j in v)
 
 
-def _bootstrap(log_c, logs, y, budget, band, axes, log_budgets, n_bootstrap,
-               seed) -> dict[tuple[int, str], dict[str, np.ndarray]]:
+def _bootstrap(log_c: np.ndarray, logs: np.ndarray, y: np.ndarray, budget: np.ndarray,
+               band: float, axes: list[int], log_budgets: np.ndarray, n_bootstrap: int,
+               seed: int) -> dict[tuple[int, str], dict[str, np.ndarray]]:
     """(axis, method) -> {"coef": draws, "exponent": draws}, refits within budgets."""
     if not n_bootstrap:
         return {}
