@@ -38,7 +38,8 @@ __all__ = [
     "ATTR_BEST_VAL_LOSS", "ATTR_CONSTRAINTS", "ATTR_HEARTBEAT", "ATTR_MLFLOW_RUN",
     "ATTR_OWNER", "ATTR_PROGRESS", "ATTR_REASON", "ATTR_RETRY_OF", "ATTR_RUN_ID", "ATTR_STATE",
     "BEST_CONFIG_ARTIFACT", "CONFIG_KEYS", "CONFIG_MEMBER", "CONFIG_RETRY_OF",
-    "CONFIG_TRIAL_NUMBER", "COST_METRICS", "EVAL_METRICS", "FAIL_REASON_ARTIFACT", "JOB_CODE",
+    "CONFIG_TRIAL_NUMBER", "COST_METRICS", "EVAL_METRICS", "FAIL_REASON_ARTIFACT",
+    "HPARAMS_ANALYSIS_ARTIFACT", "HPARAMS_PLOTS_ARTIFACT_DIR", "JOB_CODE",
     "JOB_EXPERIMENT", "JOB_OUT", "JOB_SPEC", "JOB_STUDY", "JOB_TRACKING_URI",
     "KIND_MODEL_TRAINING", "KIND_PROBE", "KIND_STUDY", "KIND_TRAIN", "LOSS_METRICS",
     "METRIC_BASELINE", "METRIC_BEST_OVER_BASELINE", "METRIC_BEST_VAL_LOSS",
@@ -266,6 +267,9 @@ SCALING_GRID_ARTIFACT = "scaling_grid.csv"
 #: ``sweep analyze transfer``: the best learning rate per width and its drift, and the plot.
 TRANSFER_ANALYSIS_ARTIFACT = "transfer_analysis/transfer.json"
 TRANSFER_PLOTS_ARTIFACT_DIR = "transfer_analysis/plots"
+#: ``sweep analyze hparams``: eta_opt(C) and B_opt(C) by both estimators, and the figure.
+HPARAMS_ANALYSIS_ARTIFACT = "hparams_analysis/hparams.json"
+HPARAMS_PLOTS_ARTIFACT_DIR = "hparams_analysis/plots"
 
 # ------------------------------------------------------- executor attributes and config keys
 #: Optuna user attributes and Ray Tune report keys (one spelling for both executors).

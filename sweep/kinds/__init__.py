@@ -30,7 +30,7 @@ __all__ = ["Described", "KindRun", "Prepared", "StudyKind", "kind_named", "kind_
 
 #: Modules of the built-in kinds, each defining ``KIND``: those with a section of their own
 #: first, then the ones a spec's search settings select (the last one takes any spec).
-_SECTIONED = ("sweep.kinds.scaling", "sweep.kinds.transfer")
+_SECTIONED = ("sweep.kinds.scaling", "sweep.kinds.transfer", "sweep.kinds.hparams")
 _FALLBACK = ("sweep.kinds.pbt", "sweep.kinds.search")
 
 _plugins: list[StudyKind] = []

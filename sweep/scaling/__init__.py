@@ -5,6 +5,8 @@
   `fit_envelope` (Chinchilla approach 1), `fit_isoflop` (approach 2, its grid bias sized by
   `sweep.scaling.isoflop_bias`),
   `fit_parametric` (approach 3, as Hoffmann et al.), `fit_vpnls` (variable projection).
+- `fit_hparam_laws` (`sweep.scaling.hparam_laws`): eta_opt(C) and B_opt(C) as power laws, by
+  DeepSeek LLM's near-optimal band and by per-budget parabola vertices.
 - `optimal_allocation`: N_opt, D_opt and the loss for a budget, under C = 6ND or the cost model.
 - `analyze` (`sweep.scaling.report`): the approaches side by side, as `sweep analyze scaling`;
   `conclude` (`sweep.scaling.verdict`): the notes on known traps and one recommended estimate.
@@ -27,6 +29,9 @@ _LAZY = {
     "fit_envelope": "sweep.scaling.envelope",
     "FitError": "sweep.scaling.result",
     "FitResult": "sweep.scaling.result",
+    "HparamLawFit": "sweep.scaling.hparam_laws",
+    "HparamReport": "sweep.scaling.hparam_laws",
+    "fit_hparam_laws": "sweep.scaling.hparam_laws",
     "IsoFLOPCurve": "sweep.scaling.isoflop",
     "IsoFLOPFit": "sweep.scaling.isoflop",
     "fit_isoflop": "sweep.scaling.isoflop",

@@ -57,8 +57,10 @@ def check_resume_compatible(old_spec: Mapping[str, Any], new_spec: Mapping[str, 
     earlier trials' values lie off the new grid: ``d_model`` 100 under a new step of 64). A
     scaling study's ``budgets``, ``rule`` and ``ladder`` must not change either (they define
     the choices of ``scaling.point``), nor a transfer study's ``widths``, ``d_head`` and
-    ``d_ff_ratio`` (its points' shapes). Other differences (ranges, fixed values, added or
-    removed parameters) are allowed and returned as notes.
+    ``d_ff_ratio`` (its points' shapes), nor an hparams study's ``budgets``, ``lr``,
+    ``batch_size`` and ``shape`` (the choices of ``hparams.point`` and their shapes). Other
+    differences (ranges, fixed values, added or removed parameters) are allowed and returned
+    as notes.
 
     Returns:
         Human-readable notes on the allowed differences (empty when the domains agree).
@@ -71,7 +73,8 @@ def check_resume_compatible(old_spec: Mapping[str, Any], new_spec: Mapping[str, 
     # shape); a transfer grid's widths are the choices of model.d_model, and d_head and
     # d_ff_ratio shape every point: a change there is a change of the grid's points.
     for section, keys in (("scaling", ("budgets", "rule", "ladder")),
-                          ("transfer", ("widths", "d_head", "d_ff_ratio"))):
+                          ("transfer", ("widths", "d_head", "d_ff_ratio")),
+                          ("hparams", ("budgets", "lr", "batch_size", "shape"))):
         old, new = old_spec.get(section) or None, new_spec.get(section) or None
         if (old is None) != (new is None):
             raise ResumeError(f"cannot resume: the {section} section was "
