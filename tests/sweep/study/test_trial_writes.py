@@ -151,3 +151,56 @@ def test_batches_keep_mlflows_limits_and_every_write_in_order():
     assert [x for c in calls for x in c[2]] == tags
     # 270 params and tags need 3 calls, and 2500 metrics fit beside them (900 + 900 + 700).
     assert len(calls) == 3
+
+
+def test_an_optuna_trial_appends_to_its_journal_five_times(tmp_path, new_store, counts, held,
+                                                           monkeypatch):
+    from optuna.storages.journal import JournalFileBackend
+
+    from sweep.executors.optuna import objective
+
+    ctx = _ctx(tmp_path, new_store)
+    monkeypatch.setattr(objective, "PROGRESS_S", 3600.0)
+    study = objective.create_study(ctx)
+    appends: list[int] = []
+    append = JournalFileBackend.append_logs
+
+    def counted(self, logs):
+        appends.append(len(logs))
+        return append(self, logs)
+
+    monkeypatch.setattr(JournalFileBackend, "append_logs", counted)
+    counts.clear()
+    objective.optimize(study, ctx, 3)
+    # Per trial: Optuna's new trial, its one param, the owner, the trial's closing records in
+    # one append, Optuna's end state; each append is one fsync.
+    assert len(appends) == 3 * 5
+    assert counts["log_batch"] == 3 * 2 and counts["create_run"] == 3
+    assert counts["update_run_info"] == 3 and not counts["search_runs"]
+    for t in study.trials:
+        assert t.user_attrs[schema.ATTR_STATE] == "COMPLETE"
+        for key in (schema.ATTR_RUN_ID, schema.ATTR_BEST_VAL_LOSS, schema.ATTR_MLFLOW_RUN,
+                    schema.ATTR_CONSTRAINTS, "n_params", "flops_per_token"):
+            assert key in t.user_attrs, key
+        assert t.system_attrs  # the constraints the samplers read
+
+
+def test_a_held_journal_writes_other_threads_at_once_and_its_own_at_the_end(tmp_path):
+    import threading
+
+    import optuna
+
+    from sweep.executors.optuna.storage import held_writes, make_storage
+
+    storage = make_storage(str(tmp_path / "optuna.journal"))
+    study = optuna.create_study(storage=storage)
+    trial = study.ask()
+    with held_writes(storage):
+        trial.set_user_attr("mine", 1)
+        other = threading.Thread(target=trial.set_user_attr, args=("theirs", 2))
+        other.start()
+        other.join()
+        seen = optuna.load_study(study_name=study.study_name,
+                                 storage=make_storage(str(tmp_path / "optuna.journal")))
+        assert seen.trials[0].user_attrs == {"theirs": 2}
+    assert study.trials[0].user_attrs == {"mine": 1, "theirs": 2}
