@@ -204,3 +204,25 @@ def test_a_held_journal_writes_other_threads_at_once_and_its_own_at_the_end(tmp_
                                  storage=make_storage(str(tmp_path / "optuna.journal")))
         assert seen.trials[0].user_attrs == {"theirs": 2}
     assert study.trials[0].user_attrs == {"mine": 1, "theirs": 2}
+
+
+def test_the_summary_reads_every_curve_in_a_query_per_chunk_not_per_run(tmp_path, new_store,
+                                                                        counts, monkeypatch):
+    from sweep.tracking import reader, val_loss_histories
+
+    uri = new_store(tmp_path)
+    tracker = StudyTracker.start(uri, "curves", {"name": "curves"}, executor="optuna",
+                                 algorithm="random")
+    runs = []
+    for number in range(5):
+        with tracker.context.start_trial(number, {"train.lr": 1e-3}) as run:
+            for tokens in range(number + 1):  # trial n has n + 1 evaluations
+                run.report(8 * (tokens + 1), {"val_loss": 4.0 - 0.1 * tokens - 0.01 * number})
+        runs.append(run.run_id)
+    monkeypatch.setattr(reader, "HISTORY_CHUNK", 2)
+    counts.clear()
+    histories = val_loss_histories(uri, runs)
+    assert not counts["get_metric_history"]  # 3 bulk queries for 5 runs, none per run
+    for number, run_id in enumerate(runs):
+        assert histories[run_id] == [(8 * (t + 1), pytest.approx(4.0 - 0.1 * t - 0.01 * number))
+                                     for t in range(number + 1)]
