@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from sweep.plotting import pyplot
+from sweep.plotting import line_collection, pyplot
 from sweep.results.table import LEAD_COLUMNS
 from sweep.schema import METRIC_BASELINE, METRIC_BEST_VAL_LOSS, TrialState
 
@@ -24,8 +24,6 @@ log = logging.getLogger(__name__)
 def _val_loss_figure(frame: pd.DataFrame, histories: Mapping[str, list[tuple]],
                      baseline: float | None) -> Any:
     plt = pyplot()
-
-    from matplotlib.collections import LineCollection
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     best = frame["run_id"].iloc[0] if len(frame) else None
@@ -43,7 +41,7 @@ def _val_loss_figure(frame: pd.DataFrame, histories: Mapping[str, list[tuple]],
         else:
             others.append(list(points))
     if others:
-        ax.add_collection(LineCollection(
+        ax.add_collection(line_collection(
             others, linewidths=0.8, alpha=0.5,
             colors=[colours[(i + 1) % len(colours)] for i in range(len(others))]))
         ax.autoscale_view()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
+from sweep.adapters.mlflow import metric_history_bulk
 from sweep.params import decode_param
 from sweep.schema import (
     KIND_STUDY,
@@ -112,12 +113,12 @@ def val_loss_histories(tracking_uri: str, run_ids: Iterable[str]) -> dict[str, l
     """``run_id -> [(tokens, val_loss), ...]`` sorted by tokens, from the metric histories.
 
     A SQL store reads them `HISTORY_CHUNK` runs per query (its ``get_metric_history_bulk``,
-    which MLflow's UI uses, reached through the client's store: the client has no bulk call),
+    which MLflow's UI uses: `sweep.adapters.mlflow.metric_history_bulk`),
     so a study's summary makes a handful of queries at any size; a server, one request a run.
     """
     client = MlflowClient(reading_uri(tracking_uri))
     ids = list(dict.fromkeys(run_ids))
-    bulk = getattr(client._tracking_client.store, "get_metric_history_bulk", None)
+    bulk = metric_history_bulk(client)
     if bulk is None:
         return {run_id: sorted((m.step, m.value)
                                for m in client.get_metric_history(run_id, METRIC_VAL_LOSS))
