@@ -109,7 +109,6 @@ def _objective(ctx: StudyContext) -> Any:
     prune = not multi and spec.search.pruner != "none"
 
     def objective(trial: optuna.Trial) -> Any:
-        trial.set_user_attr(ATTR_OWNER, current_owner())
         try:
             return _run(trial)
         except (KeyboardInterrupt, SystemExit):
@@ -123,10 +122,14 @@ def _objective(ctx: StudyContext) -> Any:
 
     def _run(trial: optuna.Trial) -> Any:
         configs: tuple[ModelConfig, TrainConfig] | space.InvalidConfig
-        try:
-            configs = space.suggest(trial, spec)
-        except space.InvalidConfig as err:
-            configs = err
+        # The owner and the sampled params in one journal append: Optuna's trial reads its own
+        # params from its cache, not from the storage.
+        with held_writes(trial.storage):
+            trial.set_user_attr(ATTR_OWNER, current_owner())
+            try:
+                configs = space.suggest(trial, spec)
+            except space.InvalidConfig as err:
+                configs = err
         # The trial's run keeps the one heartbeat of the trial, in MLflow and here.
         outcome = evaluate(ctx, trial.number, configs, OptunaReporter(trial, prune=prune),
                            raw_params=dict(trial.params),
