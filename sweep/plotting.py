@@ -11,7 +11,7 @@ from types import ModuleType
 
 import numpy as np
 
-__all__ = ["colours", "pyplot"]
+__all__ = ["colours", "line_collection", "pyplot"]
 
 
 def pyplot() -> ModuleType:
@@ -33,3 +33,14 @@ def colours(n: int) -> list[tuple[float, float, float, float]]:
     """``n`` RGBA colours spread along viridis from its dark end to 0.9 (one when ``n < 1``)."""
     cmap = pyplot().get_cmap("viridis")
     return [cmap(x) for x in np.linspace(0.0, 0.9, max(n, 1))]
+
+
+def line_collection(segments: list[list[tuple[float, float]]], **kwargs: object) -> object:
+    """A `matplotlib.collections.LineCollection` of ``segments`` (each a curve's points).
+
+    Many curves as one artist: drawn and laid out once, not once per curve.
+    """
+    pyplot()
+    from matplotlib.collections import LineCollection
+
+    return LineCollection(segments, **kwargs)  # type: ignore[arg-type]

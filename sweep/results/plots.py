@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from sweep.plotting import pyplot
+from sweep.plotting import line_collection, pyplot
 from sweep.results.table import LEAD_COLUMNS
 from sweep.schema import METRIC_BASELINE, METRIC_BEST_VAL_LOSS, TrialState
 
@@ -27,19 +27,24 @@ def _val_loss_figure(frame: pd.DataFrame, histories: Mapping[str, list[tuple]],
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     best = frame["run_id"].iloc[0] if len(frame) else None
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    # The other trials' curves in one collection: a study of 1,000 trials draws one artist,
+    # not 1,000 (each line artist costs its own layout and rendering).
+    others: list[list[tuple]] = []
     for run_id, trial, state in zip(frame["run_id"], frame["trial"], frame["state"], strict=True):
         points = histories.get(run_id) or []
         if not points:
             continue
-        tokens, losses = zip(*points, strict=True)
-        is_best = run_id == best and state == TrialState.COMPLETE
-        ax.plot(
-            tokens,
-            losses,
-            lw=2.0 if is_best else 0.8,
-            alpha=1.0 if is_best else 0.5,
-            label=f"trial {trial} (best)" if is_best else None,
-        )
+        if run_id == best and state == TrialState.COMPLETE:
+            tokens, losses = zip(*points, strict=True)
+            ax.plot(tokens, losses, lw=2.0, color=colours[0], label=f"trial {trial} (best)")
+        else:
+            others.append(list(points))
+    if others:
+        ax.add_collection(line_collection(
+            others, linewidths=0.8, alpha=0.5,
+            colors=[colours[(i + 1) % len(colours)] for i in range(len(others))]))
+        ax.autoscale_view()
     if baseline is not None and math.isfinite(baseline):
         ax.axhline(baseline, color="0.3", ls="--", lw=1.0,
                    label=f"unigram baseline {baseline:.3f}")

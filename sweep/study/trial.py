@@ -247,25 +247,27 @@ def _open_trial(ctx: StudyContext, number: int,
     model, train = configs
     with contextlib.ExitStack() as owner:
         run = owner.enter_context(
-            ctx.tracking.start_trial(number, {"model": model.to_dict(), "train": train.to_dict()},
-                                     retry_of=retry_of, heartbeat=heartbeat))
-        device = ctx.device or train.device
-        ok, reason, estimate = space.check_constraints(ctx.spec, model, train, device=device)
-        cost = cost_metrics(estimate)
-        run.log_costs(cost)
-        metrics, params = ctx.spec.kind.trial_records(ctx.spec, model, train, cost)
-        if metrics:
-            run.log_costs(metrics)
-        if params:
-            run.log_params(params)
-        run.log_searched(raw_params or {})
-        constraints = space.constraint_values(
-            ctx.spec, cost, memory_limit_bytes=space.memory_limit_bytes(ctx.spec, device))
-        if not ok:
-            run.end(TrialState.INFEASIBLE, fail_reason=reason)
-            return TrialOutcome(number, TrialState.INFEASIBLE, reason=reason, cost=cost,
-                                run_id=run.run_id, constraints=constraints)
-        run.set_tags({TAG_TORCH_THREADS: str(set_threads(trial_threads(ctx.spec)))})
+            ctx.tracking.start_trial(number, retry_of=retry_of, heartbeat=heartbeat))
+        # The configs, costs and tags in one write (with the end, for an infeasible trial).
+        with run.deferred():
+            run.log_params({"model": model.to_dict(), "train": train.to_dict()})
+            device = ctx.device or train.device
+            ok, reason, estimate = space.check_constraints(ctx.spec, model, train, device=device)
+            cost = cost_metrics(estimate)
+            run.log_costs(cost)
+            metrics, params = ctx.spec.kind.trial_records(ctx.spec, model, train, cost)
+            if metrics:
+                run.log_costs(metrics)
+            if params:
+                run.log_params(params)
+            run.log_searched(raw_params or {})
+            constraints = space.constraint_values(
+                ctx.spec, cost, memory_limit_bytes=space.memory_limit_bytes(ctx.spec, device))
+            if not ok:
+                run.end(TrialState.INFEASIBLE, fail_reason=reason)
+                return TrialOutcome(number, TrialState.INFEASIBLE, reason=reason, cost=cost,
+                                    run_id=run.run_id, constraints=constraints)
+            run.set_tags({TAG_TORCH_THREADS: str(set_threads(trial_threads(ctx.spec)))})
         owner.pop_all()  # the caller ends the run from here on
     return OpenTrial(number, run, model, train, cost, constraints, retry_of)
 

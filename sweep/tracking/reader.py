@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
+from sweep.adapters.mlflow import metric_history_bulk
 from sweep.params import decode_param
 from sweep.schema import (
     KIND_STUDY,
@@ -104,14 +105,29 @@ def read_trials(tracking_uri: str, experiment_id: str, parent_run_id: str) -> li
     return sorted(trials, key=lambda t: (t["trial"], t["start_time"] or 0))
 
 
+#: Runs per bulk history query (SQLite before 3.32 takes at most 999 values in one query).
+HISTORY_CHUNK = 500
+
+
 def val_loss_histories(tracking_uri: str, run_ids: Iterable[str]) -> dict[str, list[tuple]]:
-    """``run_id -> [(tokens, val_loss), ...]`` sorted by tokens, from the metric histories."""
+    """``run_id -> [(tokens, val_loss), ...]`` sorted by tokens, from the metric histories.
+
+    A SQL store reads them `HISTORY_CHUNK` runs per query (its ``get_metric_history_bulk``,
+    which MLflow's UI uses: `sweep.adapters.mlflow.metric_history_bulk`),
+    so a study's summary makes a handful of queries at any size; a server, one request a run.
+    """
     client = MlflowClient(reading_uri(tracking_uri))
-    return {
-        run_id: sorted((m.step, m.value)
-                       for m in client.get_metric_history(run_id, METRIC_VAL_LOSS))
-        for run_id in run_ids
-    }
+    ids = list(dict.fromkeys(run_ids))
+    bulk = metric_history_bulk(client)
+    if bulk is None:
+        return {run_id: sorted((m.step, m.value)
+                               for m in client.get_metric_history(run_id, METRIC_VAL_LOSS))
+                for run_id in ids}
+    out: dict[str, list[tuple]] = {run_id: [] for run_id in ids}
+    for start in range(0, len(ids), HISTORY_CHUNK):
+        for row in bulk(ids[start:start + HISTORY_CHUNK], METRIC_VAL_LOSS, max_results=2**62):
+            out[row.run_id].append((row.step, row.value))
+    return {run_id: sorted(points) for run_id, points in out.items()}
 
 
 def find_trial_run(tracking: TrialContext, number: int) -> str | None:

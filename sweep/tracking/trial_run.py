@@ -5,7 +5,12 @@
 
 Every write goes through `mlflow.MlflowClient` with an explicit run id (never the fluent
 active-run stack), so trials in threads, processes or Ray workers on other machines do not
-collide. Values are batched with ``log_batch``. Non-finite values are never written, but for
+collide. Writes go in as few ``log_batch`` calls as MLflow takes (`sweep.tracking.batch`):
+opening a trial (`deferred`) and ending it are one call each beside ``create_run`` and
+``set_terminated``, and an evaluation that comes within `EVAL_HOLD_S` of the run's last write
+is held and sent with the next write (a later evaluation, the end, or the heartbeat), so a
+short trial pays for a few store transactions, and a long one still shows its curve live.
+Non-finite values are never written, but for
 one: a DIVERGED trial's loss metrics end in a nan at the step where it diverged, and it logs no
 ``final_val_loss`` or ``best_val_loss``, so MLflow (which orders nan after every number, in
 either direction, and runs without the metric after that) never ranks a diverged trial first by
@@ -14,21 +19,17 @@ any loss metric.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
-from mlflow.utils.validation import (
-    MAX_METRICS_PER_BATCH,
-    MAX_PARAM_VAL_LENGTH,
-    MAX_PARAMS_TAGS_PER_BATCH,
-    MAX_TAG_VAL_LENGTH,
-)
+from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH
 
 from sweep.params import encode_param, flatten_params
 from sweep.redact import redact
@@ -51,30 +52,14 @@ from sweep.schema import (
     cost_metrics,
     mutation_key,
 )
+from sweep.tracking.batch import PendingWrites, finite, finite_float, now_ms
 from sweep.tracking.buffer import BufferedClient
 from sweep.tracking.faults import infrastructure_fault
 from sweep.tracking.notes import trial_note
 from sweep.tracking.owner import Heartbeat
 
-T = TypeVar("T")
-
-
-def finite_float(value: Any) -> float | None:
-    """``value`` as a float if it is a finite number, else None."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
-def finite(value: Any) -> bool:
-    return finite_float(value) is not None
-
-
-def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+#: An evaluation this soon (seconds) after the run's last write is held for the next one.
+EVAL_HOLD_S = 1.0
 
 
 def _each(beats: list[Callable[[], None]]) -> None:
@@ -87,10 +72,6 @@ def _each(beats: list[Callable[[], None]]) -> None:
             error = error or exc
     if error is not None:
         raise error
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class TrialRun:
@@ -119,12 +100,17 @@ class TrialRun:
         self._params: dict[str, str] = {}
         self._detached = False
         self._heartbeat: Heartbeat | None = None
+        self._pending = PendingWrites(client, run_id)
+        self._deferring = 0
 
     def beat(self) -> None:
         """Write the heartbeat (tag ``sweep.heartbeat``, Unix seconds) now.
 
         While the run's writes are buffered (`sweep.tracking.buffer`), try to send them instead.
+        Evaluations held (`EVAL_HOLD_S`) are sent first.
         """
+        if not self._deferring and self._pending:
+            self._pending.send()
         value = f"{time.time():.0f}"
         if isinstance(self.client, BufferedClient):
             self.client.beat(TAG_HEARTBEAT, value)
@@ -177,13 +163,29 @@ class TrialRun:
         return False
 
     def _log(self, metrics: Sequence[Metric] = (), params: Sequence[Param] = (),
-             tags: Sequence[RunTag] = ()) -> None:
-        for metric_batch in _chunks(metrics, MAX_METRICS_PER_BATCH):
-            self.client.log_batch(self.run_id, metrics=metric_batch)
-        for param_batch in _chunks(params, MAX_PARAMS_TAGS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=param_batch)
-        for tag_batch in _chunks(tags, MAX_PARAMS_TAGS_PER_BATCH):
-            self.client.log_batch(self.run_id, tags=tag_batch)
+             tags: Sequence[RunTag] = (), *, hold: bool = False) -> None:
+        """Write now, with what is held; or hold inside `deferred`, or ``hold`` if soon."""
+        self._pending.add(metrics, params, tags)
+        if self._deferring or (
+                hold and time.monotonic() - self._pending.sent_at < EVAL_HOLD_S):
+            return
+        if self._pending:
+            self._pending.send()
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[TrialRun]:
+        """Hold every write inside the block and send them together when it ends.
+
+        On an exception the writes stay held, and `end` (which the run's ``with`` block calls)
+        sends them with the run's end state.
+        """
+        self._deferring += 1
+        try:
+            yield self
+        finally:
+            self._deferring -= 1
+        if not self._deferring and self._pending:
+            self._pending.send()
 
     def restore(self, params: Mapping[str, str], metrics: Mapping[str, float],
                 val_losses: Iterable[Metric]) -> None:
@@ -209,6 +211,8 @@ class TrialRun:
         """
         self._detached = True
         self._stop_heartbeat()
+        if self._pending:
+            self._pending.send()
 
     def log_params(self, config: Mapping[str, Any]) -> None:
         """Log the resolved config once: nested sections or dotted keys, values stringified.
@@ -264,17 +268,19 @@ class TrialRun:
             self.end(TrialState.FAILED, fail_reason=f"logging params: {type(exc).__name__}: {exc}")
             raise
 
-    def log_metrics(self, metrics: Mapping[str, float | None], step: int = 0) -> None:
+    def log_metrics(self, metrics: Mapping[str, float | None], step: int = 0, *,
+                    hold: bool = False) -> None:
         """Log finite values of ``metrics`` at ``step`` in one batch (others are dropped).
 
         ``tokens`` is always logged at step = its value, wherever it comes from (an evaluation
         or the trial's total), so its history pairs with ``val_loss``'s step for step (a chart
-        can take it as its x axis) and its latest value is the trial's total.
+        can take it as its x axis) and its latest value is the trial's total. ``hold``: an
+        evaluation, held if the run was written less than `EVAL_HOLD_S` ago.
         """
         ts = now_ms()
         batch = [Metric(k, x, ts, int(x) if k == METRIC_TOKENS else int(step))
                  for k, v in metrics.items() if (x := finite_float(v)) is not None]
-        self._log(metrics=batch)
+        self._log(metrics=batch, hold=hold)
 
     def log_costs(self, estimate: Any) -> None:
         """Log cost metrics (step 0): a `sweep_models.cost.CostEstimate` or a mapping of names."""
@@ -285,7 +291,7 @@ class TrialRun:
 
         Beside a finite ``val_loss`` (the one that is logged), metric ``tokens`` = ``tokens`` at
         the same step. Matches `sweep.train.Reporter.report`; tracks the best finite
-        ``val_loss`` seen.
+        ``val_loss`` seen. Held if the run was written less than `EVAL_HOLD_S` ago.
         """
         value = finite_float(metrics.get(METRIC_VAL_LOSS))
         if value is not None:
@@ -294,7 +300,7 @@ class TrialRun:
             metrics = {**metrics, METRIC_TOKENS: int(tokens)}
         self._losses.update(k for k in LOSS_METRICS if finite(metrics.get(k)))
         self.last_step = max(self.last_step, int(tokens))
-        self.log_metrics(metrics, step=int(tokens))
+        self.log_metrics(metrics, step=int(tokens), hold=True)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Set tags on the run (values cut to the store's tag limit).
@@ -325,24 +331,25 @@ class TrialRun:
         History points after the last reported step are logged (so a runner that reported live
         is not logged twice); ``best_val_loss`` only for COMPLETE/PRUNED trials with a finite one,
         ``final_val_loss`` for every state but DIVERGED (whose last finite loss must not rank it;
-        see `end`).
+        see `end`). Sent with the end in one ``log_batch`` where MLflow's limits allow.
         """
         data = result.to_dict() if hasattr(result, "to_dict") else dict(result)
-        for point in data.get("history") or []:
-            tokens = int(point.get(METRIC_TOKENS, -1))
-            if tokens > self.last_step:
-                self.report(tokens, {k: v for k, v in point.items() if k != METRIC_TOKENS})
-        if finite(data.get(METRIC_BEST_VAL_LOSS)):
-            self.best_val_loss = min(float(data[METRIC_BEST_VAL_LOSS]), self.best_val_loss)
-        if data.get("device"):
-            self.set_tags({TAG_DEVICE: str(data["device"])})
-        state = TrialState(data.get("state", TrialState.COMPLETE))
-        skip = METRIC_FINAL_VAL_LOSS if state is TrialState.DIVERGED else None
-        self.log_metrics({k: data.get(k) for k in RESULT_METRICS if k != skip})
-        if state is TrialState.DIVERGED and finite(data.get(METRIC_TOKENS)):
-            self._diverged_at = int(data[METRIC_TOKENS])
-        if state.is_final:
-            self.end(state, fail_reason=data.get("fail_reason"))
+        with self.deferred():
+            for point in data.get("history") or []:
+                tokens = int(point.get(METRIC_TOKENS, -1))
+                if tokens > self.last_step:
+                    self.report(tokens, {k: v for k, v in point.items() if k != METRIC_TOKENS})
+            if finite(data.get(METRIC_BEST_VAL_LOSS)):
+                self.best_val_loss = min(float(data[METRIC_BEST_VAL_LOSS]), self.best_val_loss)
+            if data.get("device"):
+                self.set_tags({TAG_DEVICE: str(data["device"])})
+            state = TrialState(data.get("state", TrialState.COMPLETE))
+            skip = METRIC_FINAL_VAL_LOSS if state is TrialState.DIVERGED else None
+            self.log_metrics({k: data.get(k) for k in RESULT_METRICS if k != skip})
+            if state is TrialState.DIVERGED and finite(data.get(METRIC_TOKENS)):
+                self._diverged_at = int(data[METRIC_TOKENS])
+            if state.is_final:
+                self.end(state, fail_reason=data.get("fail_reason"))
 
     def end(self, state: TrialState | str, fail_reason: str | None = None, *,
             detail: str | None = None) -> None:
@@ -353,7 +360,8 @@ class TrialRun:
         metrics (`sweep.schema.LOSS_METRICS` it logged) get one nan at the step it diverged
         (its result's tokens, and after its last finite ``val_loss``), so their latest value,
         the one ``search_runs(order_by=...)`` sorts by, is not its last finite loss. The run's
-        description (`sweep.tracking.notes.trial_note`) says the state and the reason.
+        description (`sweep.tracking.notes.trial_note`) says the state and the reason. Every
+        write held so far goes with these, then ``set_terminated``.
 
         Raises:
             ValueError: For an unknown state.
@@ -365,6 +373,18 @@ class TrialRun:
         except ValueError:
             finals = ", ".join(s.value for s in TrialState.final())
             raise ValueError(f"trial state {state!r} is not one of {finals}") from None
+        self._deferring += 1
+        try:
+            self._record_end(state, fail_reason, detail)
+        finally:
+            self._deferring -= 1
+        if self._pending:
+            self._pending.send()
+        self.client.set_terminated(self.run_id, status)
+        self.state = state
+
+    def _record_end(self, state: TrialState, fail_reason: str | None,
+                    detail: str | None) -> None:
         metrics = {}
         if state in (TrialState.COMPLETE, TrialState.PRUNED) and finite(self.best_val_loss):
             metrics[METRIC_BEST_VAL_LOSS] = self.best_val_loss
@@ -387,5 +407,3 @@ class TrialRun:
                 self.client.log_text(self.run_id, full, FAIL_REASON_ARTIFACT)
             tags.append(RunTag(TAG_FAIL_REASON, reason[:MAX_TAG_VAL_LENGTH]))
         self._log(tags=tags)
-        self.client.set_terminated(self.run_id, status)
-        self.state = state

@@ -130,7 +130,7 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
         n_trials: Finished trials the study should hold at the end; a resumed study runs
             the rest, after reconciling trials of dead processes (`sweep.study.resume`).
             With ``ctx.points``, exactly those points run instead (queued, `enqueue`).
-        view: Progress display, polled from the storage every second.
+        view: Progress display, polled from the storage every second unless quiet.
         address: Not used: Optuna workers are processes on this machine; other machines join
             through shared storage with ``sweep worker``.
 
@@ -159,7 +159,8 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
             view.update(_rows(study))
 
     poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
+    if not view.quiet:  # a quiet view shows nothing: no reading every trial every second
+        poller.start()
     try:
         waiting_said = False
         while True:
@@ -187,6 +188,7 @@ def run(ctx: StudyContext, n_trials: int, view: ProgressView, *,
             drop_unstarted_retries(study, goal)
     finally:
         stop.set()
-        poller.join(timeout=5)
+        if poller.is_alive():
+            poller.join(timeout=5)
         view.update(_rows(study))
     return study

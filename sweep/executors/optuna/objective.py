@@ -23,7 +23,7 @@ from optuna.trial import TrialState as OptunaState
 
 from sweep import space
 from sweep.adapters import optuna as private
-from sweep.executors.optuna.storage import make_storage
+from sweep.executors.optuna.storage import held_writes, make_storage
 from sweep.schema import (
     ATTR_BEST_VAL_LOSS,
     ATTR_HEARTBEAT,
@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from sweep.train.config import TrainConfig
     from sweep_models.config import ModelConfig
 
+#: Seconds between a trial's progress records (its first comes this long after it starts).
+PROGRESS_S = 1.0
+
 __all__ = ["OptunaReporter", "create_study", "metric_names", "optimize", "trial_state"]
 
 
@@ -59,12 +62,14 @@ class OptunaReporter:
     """`sweep.train.Reporter` for an Optuna trial.
 
     Each evaluation's ``val_loss`` goes to ``trial.report`` (step = evaluation index, 1-based;
-    single-objective studies only) and, with the tokens seen, to user attrs for the progress
-    view. ``should_stop`` asks the pruner.
+    single-objective studies only) and, with the tokens seen, to user attr ``sweep_progress``
+    for the progress view, at most once per `PROGRESS_S` (each is a journal write, and the view
+    refreshes about once a second). ``should_stop`` asks the pruner.
     """
 
     def __init__(self, trial: optuna.Trial, *, prune: bool) -> None:
         self.trial, self.prune, self.n_evals = trial, prune, 0
+        self._shown_at = time.monotonic()
 
     def report(self, tokens: int, metrics: dict[str, float]) -> None:
         self.n_evals += 1
@@ -73,7 +78,9 @@ class OptunaReporter:
             return
         if self.prune:
             self.trial.report(float(value), step=self.n_evals)
-        self.trial.set_user_attr(ATTR_PROGRESS, [int(tokens), float(value)])
+        if time.monotonic() - self._shown_at >= PROGRESS_S:
+            self.trial.set_user_attr(ATTR_PROGRESS, [int(tokens), float(value)])
+            self._shown_at = time.monotonic()
 
     def should_stop(self) -> bool:
         return self.prune and self.trial.should_prune()
@@ -102,7 +109,6 @@ def _objective(ctx: StudyContext) -> Any:
     prune = not multi and spec.search.pruner != "none"
 
     def objective(trial: optuna.Trial) -> Any:
-        trial.set_user_attr(ATTR_OWNER, current_owner())
         try:
             return _run(trial)
         except (KeyboardInterrupt, SystemExit):
@@ -116,24 +122,29 @@ def _objective(ctx: StudyContext) -> Any:
 
     def _run(trial: optuna.Trial) -> Any:
         configs: tuple[ModelConfig, TrainConfig] | space.InvalidConfig
-        try:
-            configs = space.suggest(trial, spec)
-        except space.InvalidConfig as err:
-            configs = err
+        # The owner and the sampled params in one journal append: Optuna's trial reads its own
+        # params from its cache, not from the storage.
+        with held_writes(trial.storage):
+            trial.set_user_attr(ATTR_OWNER, current_owner())
+            try:
+                configs = space.suggest(trial, spec)
+            except space.InvalidConfig as err:
+                configs = err
         # The trial's run keeps the one heartbeat of the trial, in MLflow and here.
         outcome = evaluate(ctx, trial.number, configs, OptunaReporter(trial, prune=prune),
                            raw_params=dict(trial.params),
                            retry_of=trial.user_attrs.get(ATTR_RETRY_OF),
                            heartbeat=lambda: trial.set_user_attr(ATTR_HEARTBEAT, time.time()))
-        trial.set_user_attr(ATTR_STATE, outcome.state.value)
-        trial.set_user_attr(ATTR_RUN_ID, outcome.run_id)
-        _show(trial, ctx, outcome)
-        if outcome.reason:
-            trial.set_user_attr(ATTR_REASON, outcome.reason[:500])
-        if math.isfinite(outcome.best_val_loss):
-            trial.set_user_attr(ATTR_BEST_VAL_LOSS, outcome.best_val_loss)
-        if outcome.constraints is not None:
-            space.record_constraints(trial, outcome.constraints)
+        with held_writes(trial.storage):  # one journal append for the trial's records
+            trial.set_user_attr(ATTR_STATE, outcome.state.value)
+            trial.set_user_attr(ATTR_RUN_ID, outcome.run_id)
+            _show(trial, ctx, outcome)
+            if outcome.reason:
+                trial.set_user_attr(ATTR_REASON, outcome.reason[:500])
+            if math.isfinite(outcome.best_val_loss):
+                trial.set_user_attr(ATTR_BEST_VAL_LOSS, outcome.best_val_loss)
+            if outcome.constraints is not None:
+                space.record_constraints(trial, outcome.constraints)
         told = policy.told(spec, outcome.state, outcome.metrics(), constraints=outcome.constraints,
                            baseline=ctx.corpus().baseline_unigram_loss
                            if outcome.state is TrialState.INFEASIBLE else math.nan)
