@@ -19,7 +19,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["GRACE_S", "HEARTBEAT_S", "Heartbeat", "current_owner", "owner_alive", "owner_pid"]
+__all__ = ["GRACE_S", "HEARTBEAT_S", "Heartbeat", "call_each", "current_owner", "owner_alive",
+           "owner_pid"]
 
 #: Seconds between heartbeats of a running trial.
 HEARTBEAT_S = 30.0
@@ -129,3 +130,15 @@ class Heartbeat:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def call_each(beats: list[Callable[[], None]]) -> None:
+    """Call every beat; the first error is raised after all were called."""
+    error = None
+    for beat in beats:
+        try:
+            beat()
+        except Exception as exc:  # noqa: BLE001 (the others still beat)
+            error = error or exc
+    if error is not None:
+        raise error

@@ -4,17 +4,16 @@
 `sweep.tracking.trial_context.TrialContext` opens it anywhere.
 
 Every write goes through `mlflow.MlflowClient` with an explicit run id (never the fluent
-active-run stack), so trials in threads, processes or Ray workers on other machines do not
-collide. Writes go in as few ``log_batch`` calls as MLflow takes (`sweep.tracking.batch`):
-opening a trial (`deferred`) and ending it are one call each beside ``create_run`` and
-``set_terminated``, and an evaluation that comes within `EVAL_HOLD_S` of the run's last write
-is held and sent with the next write (a later evaluation, the end, or the heartbeat), so a
-short trial pays for a few store transactions, and a long one still shows its curve live.
-Non-finite values are never written, but for
-one: a DIVERGED trial's loss metrics end in a nan at the step where it diverged, and it logs no
-``final_val_loss`` or ``best_val_loss``, so MLflow (which orders nan after every number, in
-either direction, and runs without the metric after that) never ranks a diverged trial first by
-any loss metric.
+active-run stack), so trials in threads, processes or Ray workers on other machines do not collide.
+Writes go in as few ``log_batch`` calls as MLflow takes (`sweep.tracking.batch`): opening a
+trial (`deferred`) and ending it are one call each beside ``create_run`` and ``set_terminated``,
+and an evaluation that comes within `EVAL_HOLD_S` of the run's last write is held and sent with
+the next write (a later evaluation, the end, or the heartbeat), so a short trial pays for a few
+store transactions, and a long one still shows its curve live. Non-finite values are never
+written, but for one: a DIVERGED trial's loss metrics end in a nan at the step where it
+diverged, and it logs no ``final_val_loss`` or ``best_val_loss``, so MLflow (which orders nan
+after every number, in either direction, and runs without the metric after that) never ranks a
+diverged trial first by any loss metric.
 """
 
 from __future__ import annotations
@@ -56,22 +55,10 @@ from sweep.tracking.batch import PendingWrites, finite, finite_float, now_ms
 from sweep.tracking.buffer import BufferedClient
 from sweep.tracking.faults import infrastructure_fault
 from sweep.tracking.notes import trial_note
-from sweep.tracking.owner import Heartbeat
+from sweep.tracking.owner import Heartbeat, call_each
 
 #: An evaluation this soon (seconds) after the run's last write is held for the next one.
 EVAL_HOLD_S = 1.0
-
-
-def _each(beats: list[Callable[[], None]]) -> None:
-    """Call every beat; the first error is raised after all were called."""
-    error = None
-    for beat in beats:
-        try:
-            beat()
-        except Exception as exc:  # noqa: BLE001 (the others still beat)
-            error = error or exc
-    if error is not None:
-        raise error
 
 
 class TrialRun:
@@ -126,7 +113,7 @@ class TrialRun:
         """
         if self._heartbeat is None:
             beats = [self.beat] if also is None else [self.beat, also]
-            self._heartbeat = Heartbeat(lambda: _each(beats)).start()
+            self._heartbeat = Heartbeat(lambda: call_each(beats)).start()
 
     def _stop_heartbeat(self) -> None:
         if self._heartbeat is not None:
