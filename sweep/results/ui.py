@@ -63,6 +63,10 @@ def stop_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+#: The ``mlflow.app`` entry point of `sweep.tracking.ui_app` (pyproject.toml).
+UI_APP = "sweep-ui"
+
+
 def ui_command(tracking_uri: str, *, host: str = "127.0.0.1", port: int = 5000,
                read_only: bool = False) -> list[str]:
     """The ``mlflow server`` command serving ``tracking_uri`` (one worker; local artifacts).
@@ -76,7 +80,7 @@ def ui_command(tracking_uri: str, *, host: str = "127.0.0.1", port: int = 5000,
 
         backend = reading_uri(tracking_uri)
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend]
-    cmd += ["--host", host, "--port", str(port), "--workers", "1"]
+    cmd += ["--host", host, "--port", str(port), "--workers", "1", "--app-name", UI_APP]
     if tracking_uri.startswith("sqlite:///"):
         store_dir = Path(tracking_uri[len("sqlite:///") :]).resolve().parent
         cmd += ["--artifacts-destination", (store_dir / "mlartifacts").as_uri()]

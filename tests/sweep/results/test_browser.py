@@ -174,6 +174,12 @@ def test_mlflow_ui_shows_the_study_as_a_researcher_needs_it(study, chromium, ui_
     page.wait_for_url(re.compile(rf"/runs/{trials[best]['run_id']}"))
     for metric in ("n_params", "flops_per_token", "mem_estimate_bytes"):
         page.get_by_role("link", name=metric, exact=True).wait_for()
+    # ... in the model-training layout, though the table's link has no workflowType: the side
+    # bar lists the experiment's runs, not GenAI's evaluation runs (sweep.tracking.ui_app).
+    assert "workflowType" not in page.url
+    assert page.evaluate("localStorage.getItem('mlflow.workflowType_v1')") == '"machine_learning"'
+    page.get_by_role("link", name="Runs", exact=True).first.wait_for()
+    assert page.get_by_role("link", name="Evaluation runs", exact=True).count() == 0
     _shot(page, shots, "02-trial-overview.png", capsys)
     page.get_by_role("tab", name="Model metrics", exact=True).click()
     page.get_by_placeholder("Search metric charts").fill("val_loss")
