@@ -63,13 +63,14 @@ class OptunaReporter:
 
     Each evaluation's ``val_loss`` goes to ``trial.report`` (step = evaluation index, 1-based;
     single-objective studies only) and, with the tokens seen, to user attr ``sweep_progress``
-    for the progress view, at most once per `PROGRESS_S` (each is a journal write, and the view
-    refreshes about once a second). ``should_stop`` asks the pruner.
+    for the progress view: the first at once (a trial shows as training from its first
+    evaluation), the later ones at most once per `PROGRESS_S` (each is a journal write, and the
+    view refreshes about once a second). ``should_stop`` asks the pruner.
     """
 
     def __init__(self, trial: optuna.Trial, *, prune: bool) -> None:
         self.trial, self.prune, self.n_evals = trial, prune, 0
-        self._shown_at = time.monotonic()
+        self._shown_at = -math.inf
 
     def report(self, tokens: int, metrics: dict[str, float]) -> None:
         self.n_evals += 1

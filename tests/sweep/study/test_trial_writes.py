@@ -153,7 +153,7 @@ def test_batches_keep_mlflows_limits_and_every_write_in_order():
     assert len(calls) == 3
 
 
-def test_an_optuna_trial_appends_to_its_journal_four_times(tmp_path, new_store, counts, held,
+def test_an_optuna_trial_appends_to_its_journal_five_times(tmp_path, new_store, counts, held,
                                                            monkeypatch):
     from optuna.storages.journal import JournalFileBackend
 
@@ -172,9 +172,10 @@ def test_an_optuna_trial_appends_to_its_journal_four_times(tmp_path, new_store, 
     monkeypatch.setattr(JournalFileBackend, "append_logs", counted)
     counts.clear()
     objective.optimize(study, ctx, 3)
-    # Per trial: Optuna's new trial, its owner and params in one append, its closing records
-    # in one, Optuna's end state; each append is one fsync.
-    assert len(appends) == 3 * 4
+    # Per trial: Optuna's new trial, its owner and params in one append, its first evaluation's
+    # progress (the later ones wait PROGRESS_S), its closing records in one, Optuna's end state;
+    # each append is one fsync.
+    assert len(appends) == 3 * 5
     assert counts["log_batch"] == 3 * 2 and counts["create_run"] == 3
     assert counts["update_run_info"] == 3 and not counts["search_runs"]
     for t in study.trials:
