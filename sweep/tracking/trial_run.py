@@ -89,6 +89,9 @@ class TrialRun:
         self._heartbeat: Heartbeat | None = None
         self._pending = PendingWrites(client, run_id)
         self._deferring = 0
+        #: Seconds an evaluation may wait for the next write; 0 where the thread can end
+        #: without the run's end (Ray: a scheduler's pause or stop, PBT's exploit).
+        self.hold_s = EVAL_HOLD_S
 
     def beat(self) -> None:
         """Write the heartbeat (tag ``sweep.heartbeat``, Unix seconds) now.
@@ -154,7 +157,7 @@ class TrialRun:
         """Write now, with what is held; or hold inside `deferred`, or ``hold`` if soon."""
         self._pending.add(metrics, params, tags)
         if self._deferring or (
-                hold and time.monotonic() - self._pending.sent_at < EVAL_HOLD_S):
+                hold and time.monotonic() - self._pending.sent_at < self.hold_s):
             return
         if self._pending:
             self._pending.send()

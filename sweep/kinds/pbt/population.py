@@ -128,6 +128,7 @@ def pbt_trainable(ctx: StudyContext, offset: int, population: list[dict[str, Any
                 changes.update({k: v for k, v in params.items() if k not in changes
                                 and population[index].get(k, v) != v})
                 run.log_mutation(trainer.tokens_seen, {**changes, "donor": meta["number"]})
+        run.hold_s = 0.0  # Ray ends an incarnation at a report: no evaluation waits in it
         try:
             _train_member(trainer, run, number, interval, replayed)
         except (SystemExit, Ended):  # Ray ended this incarnation (exploit, pause)
