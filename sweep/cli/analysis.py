@@ -13,7 +13,8 @@ from sweep.cli import common
 from sweep.cli.common import as_bad_input, bad_input
 from sweep.folder import StudyFolder, find_store, missing_store, system_folder
 
-__all__ = ["check_local_store", "default_out", "out_folder", "print_done", "study_spec"]
+__all__ = ["check_local_store", "default_out", "log_analysis", "out_folder", "print_done",
+           "study_spec"]
 
 
 def check_local_store(study: str) -> None:
@@ -74,3 +75,24 @@ def print_done(lines: list[str], as_json: bool) -> None:
     for line in lines:
         (common.err_console if as_json else common.console).print(line, highlight=False,
                                                                   markup=False)
+
+
+def log_analysis(attrs: dict[str, Any], data: Any, path: Any, artifact: str,
+                 plots_dir: str) -> list[str]:
+    """Log an analysis (``data`` as JSON ``artifact``) and its plot ``path`` to the study's run.
+
+    Returns the line to print; on failure a warning on stderr and no line: the analysis stands
+    without its copy in MLflow.
+    """
+    try:
+        from sweep.tracking import log_files, log_json
+
+        log_json(attrs["tracking_uri"], attrs["parent_run_id"], data, artifact)
+        log_files(attrs["tracking_uri"], attrs["parent_run_id"], [path], plots_dir)
+    except Exception as exc:  # noqa: BLE001 (reported, the analysis stands)
+        from sweep.cli import common
+
+        common.err_console.print(f"warning: the analysis was not logged to the study's run: "
+                                 f"{type(exc).__name__}: {exc}", highlight=False, markup=False)
+        return []
+    return [f"logged the analysis and plot to run {attrs['parent_run_id']}"]

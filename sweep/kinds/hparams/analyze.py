@@ -13,9 +13,15 @@ from typing import Any
 
 import typer
 
-from sweep.cli import common
-from sweep.cli.analysis import check_local_store, out_folder, print_done, study_spec
+from sweep.cli.analysis import (
+    check_local_store,
+    log_analysis,
+    out_folder,
+    print_done,
+    study_spec,
+)
 from sweep.cli.common import bad_input
+from sweep.schema import HPARAMS_ANALYSIS_ARTIFACT, HPARAMS_PLOTS_ARTIFACT_DIR
 
 __all__ = ["HELP", "NAME", "command", "print_hparam_report"]
 
@@ -126,7 +132,8 @@ def command(
     except OSError as exc:
         bad_input(f"--out {folder}: {exc.strerror or exc}")
     data = report.to_dict()
-    done = [f"wrote {path}", *_log(attrs, data, path)]
+    done = [f"wrote {path}", *log_analysis(attrs, data, path, HPARAMS_ANALYSIS_ARTIFACT,
+                                                    HPARAMS_PLOTS_ARTIFACT_DIR)]
     if as_json:
         print(json.dumps(data))
     else:
@@ -134,18 +141,3 @@ def command(
 
         print_hparam_report(report, report_console())
     print_done(done, as_json)
-
-
-def _log(attrs: dict[str, Any], data: dict[str, Any], path: Any) -> list[str]:
-    try:
-        from sweep.schema import HPARAMS_ANALYSIS_ARTIFACT, HPARAMS_PLOTS_ARTIFACT_DIR
-        from sweep.tracking import log_files, log_json
-
-        log_json(attrs["tracking_uri"], attrs["parent_run_id"], data, HPARAMS_ANALYSIS_ARTIFACT)
-        log_files(attrs["tracking_uri"], attrs["parent_run_id"], [path],
-                  HPARAMS_PLOTS_ARTIFACT_DIR)
-    except Exception as exc:  # the analysis stands without its copy in MLflow
-        common.err_console.print(f"warning: the analysis was not logged to the study's run: "
-                                 f"{type(exc).__name__}: {exc}", highlight=False, markup=False)
-        return []
-    return [f"logged the analysis and plot to run {attrs['parent_run_id']}"]

@@ -13,10 +13,16 @@ from typing import Any
 
 import typer
 
-from sweep.cli import common
-from sweep.cli.analysis import check_local_store, out_folder, print_done, study_spec
+from sweep.cli.analysis import (
+    check_local_store,
+    log_analysis,
+    out_folder,
+    print_done,
+    study_spec,
+)
 from sweep.cli.analyze_tables import print_transfer_reports, report_console
 from sweep.cli.common import bad_input
+from sweep.schema import TRANSFER_ANALYSIS_ARTIFACT, TRANSFER_PLOTS_ARTIFACT_DIR
 
 __all__ = ["HELP", "NAME", "command"]
 
@@ -84,18 +90,8 @@ def command(
         bad_input(f"--out {folder}: {exc.strerror or exc}")
     data = [r.to_dict() for r in reports]
     done = [f"wrote {path}"]
-    try:
-        from sweep.schema import TRANSFER_ANALYSIS_ARTIFACT, TRANSFER_PLOTS_ARTIFACT_DIR
-        from sweep.tracking import log_files, log_json
-
-        log_json(attrs["tracking_uri"], attrs["parent_run_id"], data, TRANSFER_ANALYSIS_ARTIFACT)
-        log_files(attrs["tracking_uri"], attrs["parent_run_id"], [path],
-                  TRANSFER_PLOTS_ARTIFACT_DIR)
-    except Exception as exc:  # the analysis stands without its copy in MLflow
-        common.err_console.print(f"warning: the analysis was not logged to the study's run: "
-                                 f"{type(exc).__name__}: {exc}", highlight=False, markup=False)
-    else:
-        done.append(f"logged the analysis and plot to run {attrs['parent_run_id']}")
+    done += log_analysis(attrs, data, path, TRANSFER_ANALYSIS_ARTIFACT,
+                         TRANSFER_PLOTS_ARTIFACT_DIR)
     if as_json:
         print(json.dumps(data))
     else:
