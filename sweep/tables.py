@@ -10,10 +10,10 @@ line instead of losing its end.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:  # rich is imported where a table is made, not with this module
+    from rich.table import Table
 
 __all__ = ["WORDS_MIN", "is_number", "keep_numbers_whole"]
 
@@ -27,6 +27,8 @@ _UNITS = {"", "-", "/", "x", "s", "B", "KiB", "MiB", "GiB", "TiB", "KB", "MB", "
 
 
 def _plain(cell: Any) -> str:
+    from rich.text import Text
+
     if isinstance(cell, Text):
         return cell.plain
     if isinstance(cell, str):

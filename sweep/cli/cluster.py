@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
 
 from sweep.cli import common
 from sweep.cli.common import app, bad_input
@@ -198,6 +197,8 @@ def _submit_once(client: Any, request: Any, job_id: str, study: str) -> None:
 
 
 def _print_jobs(client: Any, as_json: bool) -> None:
+    from rich.table import Table
+
     from sweep.cluster import describe, study_jobs
 
     rows = [describe(j) for j in study_jobs(client)]

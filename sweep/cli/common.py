@@ -14,13 +14,12 @@ import contextlib
 import inspect
 import os
 import re
+import sys
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import typer
 import yaml
-from rich.console import Console
-from rich.table import Table
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from sweep.errors import InputError
@@ -157,29 +156,57 @@ def command_group(**kwargs) -> typer.Typer:
     return _Typer(**kwargs)
 
 
-class RedactingConsole(Console):
+def _redacting_console(**kwargs: Any) -> Any:
     """A rich `Console` whose printed text passes through `sweep.redact.redact` first.
 
     A table it prints never has a number cut to fit (`sweep.tables.keep_numbers_whole`).
     """
+    from rich.console import Console
+    from rich.table import Table
 
-    def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: D102 (Console.print's)
-        super().print(*(redact(o) if isinstance(o, str) else
-                        keep_numbers_whole(o, self.width) if isinstance(o, Table) else o
-                        for o in objects), **kwargs)
+    class RedactingConsole(Console):
+        def print(self, *objects: Any, **kw: Any) -> None:  # noqa: D102 (Console.print's)
+            super().print(*(redact(o) if isinstance(o, str) else
+                            keep_numbers_whole(o, self.width) if isinstance(o, Table) else o
+                            for o in objects), **kw)
+
+    return RedactingConsole(**kwargs)
 
 
-console = RedactingConsole()
+class LazyConsole:
+    """A redacting rich console made on first use (`_redacting_console`).
+
+    rich costs about 30 ms of imports; a refusal prints one line (`bad_input`) without it.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._kwargs = kwargs
+        self._console: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            self._console = _redacting_console(**self._kwargs)
+        return getattr(self._console, name)
 
 
-err_console = RedactingConsole(stderr=True)
+console: Any = LazyConsole()
+
+
+err_console: Any = LazyConsole(stderr=True)
 
 
 def bad_input(message: str) -> NoReturn:
-    """Print ``message`` as an error and exit with status 2 (bad input)."""
-    from rich.markup import escape
+    """Print ``message`` as one ``error:`` line on stderr and exit with status 2 (bad input).
 
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    Written without rich (a refusal must be fast): bold red ``error:`` on a colour terminal
+    (not with ``NO_COLOR`` or ``TERM=dumb``, as rich decides), the message itself never styled.
+    """
+    stream = sys.stderr
+    colour = (stream.isatty() and "NO_COLOR" not in os.environ
+              and os.environ.get("TERM") != "dumb")
+    label = "\x1b[1;31merror:\x1b[0m" if colour else "error:"
+    stream.write(f"{label} {redact(message)}\n")
+    stream.flush()
     raise typer.Exit(code=2)
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from sweep.cli import common
 from sweep.cli.common import app, as_bad_input, bad_input, parse_sets
@@ -150,6 +149,7 @@ def _resolve(spec_or_preset: str, sets: dict[str, Any], widths_raw: str | None,
 
 def _print(frame: Any, slopes: dict[int, dict[str, float]], widths: list[int]) -> None:
     from rich.markup import escape
+    from rich.table import Table
 
     from sweep.train.coord_check import log_width_slopes
 

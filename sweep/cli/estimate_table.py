@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from sweep_models import ModelConfig
     from sweep_models.cost import CostEstimate
 
@@ -19,6 +19,8 @@ def estimate_table(title: str, config: ModelConfig, est: CostEstimate) -> Table:
     Memory in GiB, MiB or KiB as it is large; FLOPs per token of the kept pairs and of the
     dense convention.
     """
+    from rich.table import Table
+
     table = Table("quantity", "value", title=title)
     table.add_row("parameters", f"{est.n_params:,}")
     table.add_row("non-embedding parameters", f"{est.n_params_non_embedding:,}")

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from sweep.cli import common
 from sweep.cli.common import app, bad_input
@@ -156,6 +155,8 @@ def _adaptive(spec: StudySpec, law: SimulatedLaw, noise: float, target: float) -
 
 
 def _print_plan(plan: Plan, law_name: str, design: str) -> None:
+    from rich.table import Table
+
     say = common.console.print
     say(f"{plan.study} ({design} design): {plan.repeats} simulated studies under law {law_name} "
         f"(E={plan.law['E']:.4g}, A={plan.law['A']:.4g}, B={plan.law['B']:.4g}, "

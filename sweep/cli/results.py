@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import math
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from sweep.cli import common
 from sweep.cli.common import app, as_bad_input, bad_input
@@ -24,6 +22,9 @@ from sweep.schema import (
     METRIC_FLOPS_PER_TOKEN,
     METRIC_N_PARAMS,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _REASON_WIDTH = 40  # characters of a failure reason per line in `sweep results`
 
@@ -60,6 +61,8 @@ def results(
     With the loss over the corpus's unigram baseline (below 1: better than any model that ignores
     context) and, for byte-level corpora, the best loss in bits per byte.
     """
+    from rich.table import Table
+
     frame = _load(study, tracking_uri)
     if csv:
         with as_bad_input(f"--csv {csv}", OSError):
@@ -136,6 +139,8 @@ def _fit(columns: dict[str, str], n_lead: int,
     A file or a pipe gets whole lines and every column; a terminal loses the last columns that
     do not fit (removed from ``columns``), never the ``n_lead`` first ones.
     """
+    from rich.console import Console
+
     # A box table spends 3 characters a column (padding and border) and 1 more at the edge.
     widths = {c: max([len(h)] + [len(x) for x in cells[c]]) + 3 for c, h in columns.items()}
     if "fail_reason" in widths:

@@ -6,7 +6,6 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from sweep.cli import common
 from sweep.cli.common import app, as_bad_input, bad_input
@@ -96,6 +95,8 @@ def validate(
 def _print_summary(spec: StudySpec, corpus: Corpus | None, summary: dict[str, Any],
                    n_ok: int) -> None:
     """The study's search, its corpus, its parameters and its cost range, as tables."""
+    from rich.table import Table
+
     from sweep.spec import spec_hash
 
     s = spec.search

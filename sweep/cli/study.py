@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from sweep.cli import common
 from sweep.cli.common import app, as_bad_input, bad_input
@@ -146,6 +145,8 @@ def _print_top_trials(summary: StudySummary, experiment: str, top: int = 5) -> N
     Params changed during training (PBT) show their initial and final values
     (``lr=0.001->0.0031``), as the per-trial lines do.
     """
+    from rich.table import Table
+
     from sweep.results import LOSS_OVER_BASELINE, load_results
     from sweep.study.progress import format_params
     from sweep.tracking import mutated_params

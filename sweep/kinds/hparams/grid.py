@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweep.kinds.hparams.section import HparamsSpec
-from sweep.kinds.scaling.shapes import Candidate, Shape
-from sweep.space.sampling import build_configs, fixed_values
 from sweep.spec import StudySpec
 from sweep.spec.values import section_defaults
-from sweep_models.cost import flops_per_token, non_embedding_param_count, param_count
+
+if TYPE_CHECKING:  # the shapes, the space and the cost model load when the grid is laid out
+    from sweep.kinds.scaling.shapes import Candidate, Shape
 
 __all__ = ["POINT", "HparamsPoint", "all_labels", "batch_values", "hparams_section",
            "micro_tokens", "point_values", "points", "shape_at"]
@@ -94,6 +94,10 @@ def _batch_axis(spec: StudySpec) -> list[int | None]:
 
 
 def _family(spec: StudySpec) -> list[Candidate]:
+    from sweep.kinds.scaling.shapes import Candidate, Shape
+    from sweep.space.sampling import build_configs, fixed_values
+    from sweep_models.cost import flops_per_token, non_embedding_param_count, param_count
+
     rule = hparams_section(spec).shape.rule
     out = []
     for i, width in enumerate(rule.widths()):

@@ -79,11 +79,12 @@ def test_the_probe_sees_a_heavy_library_when_one_is_loaded(tmp_path):
     assert result == {"code": 2, "loaded": ["numpy"]}, stderr
 
 
-#: The third-party packages the refusal path may load: the CLI (typer, rich, shellingham),
-#: the spec's model and parser (pydantic, YAML) and what they import. A new package here adds
-#: its import to every refusal ``bench/reject.py`` times.
+#: The third-party packages the refusal path may load: the CLI (typer, shellingham), the
+#: spec's model and parser (pydantic, YAML) and what they import. Not rich: the one ``error:``
+#: line is written without it (about 30 ms of imports). A new package here adds its import to
+#: every refusal ``bench/reject.py`` times.
 LIGHT = {"annotated_doc", "annotated_types", "cython_runtime", "pydantic", "pydantic_core",
-         "rich", "shellingham", "sweep", "sweep_models", "typer", "typing_extensions",
+         "shellingham", "sweep", "sweep_models", "typer", "typing_extensions",
          "typing_inspection", "yaml"}
 
 _PACKAGES = _CLI + """
@@ -140,3 +141,20 @@ def test_the_cli_builds_no_spec_model_before_it_validates_and_loads_no_pydantic_
     assert len(seen["ours"]) >= 15, seen["ours"]
     assert seen["built"] == []
     assert seen["plugins"] == "__all__"
+
+
+_MODULES = _CLI + """
+print(json.dumps({"code": code, "loaded": sorted(m for m in WATCHED if m in sys.modules)}))
+"""
+#: The service's own modules a refusal at the spec's types has no use for: the search space,
+#: the cost model and the grids' shapes (about 30 ms of a refusal's imports).
+WATCHED = ("sweep.space", "sweep_models.cost", "sweep.kinds.scaling.shapes", "rich")
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_refusal_at_the_specs_types_loads_no_space_cost_model_or_rich(tmp_path, command):
+    path = _bad_specs(tmp_path)["type"]
+    args = [command, path] + ([] if command == "validate" else ["--out", tmp_path / "out"])
+    result, stderr = _probe(f"WATCHED = {WATCHED!r}\n" + _MODULES, args, tmp_path)
+    assert result == {"code": 2, "loaded": []}, stderr
+    assert stderr.startswith("error: ") and "seq_len" in stderr, stderr
