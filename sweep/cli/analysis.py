@@ -13,8 +13,8 @@ from sweep.cli import common
 from sweep.cli.common import as_bad_input, bad_input
 from sweep.folder import StudyFolder, find_store, missing_store, system_folder
 
-__all__ = ["check_local_store", "default_out", "log_analysis", "out_folder", "print_done",
-           "study_spec"]
+__all__ = ["check_local_store", "default_out", "draw_figure", "log_analysis", "out_folder",
+           "print_done", "read_analysed_study", "study_spec"]
 
 
 def check_local_store(study: str) -> None:
@@ -24,6 +24,36 @@ def check_local_store(study: str) -> None:
     """
     if find_store(study) is None:
         bad_input(missing_store(study))
+
+
+def read_analysed_study(study: str, tracking_uri: str | None) -> tuple[Any, dict[str, Any]]:
+    """`sweep.results.read_study`'s trials and attributes; a study that is not there exits 2.
+
+    Without a tracking URI the local store is found first (`check_local_store`).
+    """
+    if tracking_uri is None:
+        check_local_store(study)
+    from sweep.results import StudyNotFoundError, read_study
+    from sweep.tracking import UnreachableStoreError
+
+    try:
+        return read_study(study, tracking_uri)
+    except (StudyNotFoundError, UnreachableStoreError) as exc:
+        bad_input(str(exc))
+
+
+def draw_figure(out: str | None, points: Any, study: str, name: str, draw: Any) -> Path:
+    """``draw(path)`` into ``name`` in the output folder (`out_folder`); its path.
+
+    Exits 2 when the folder or the file cannot be written.
+    """
+    folder = out_folder(out, points, study)
+    path = folder / name
+    try:
+        draw(path)
+    except OSError as exc:
+        bad_input(f"--out {folder}: {exc.strerror or exc}")
+    return path
 
 
 def default_out(points: Any, study: str | None) -> Path:

@@ -14,10 +14,10 @@ from typing import Any
 import typer
 
 from sweep.cli.analysis import (
-    check_local_store,
+    draw_figure,
     log_analysis,
-    out_folder,
     print_done,
+    read_analysed_study,
     study_spec,
 )
 from sweep.cli.common import bad_input
@@ -97,15 +97,7 @@ def command(
             bad_input(f"--target {t}: must be a FLOP count > 0")
     if band is not None and not 0 <= band < 1:
         bad_input(f"--band {band}: must be in [0, 1) (a fraction of the best loss)")
-    if tracking_uri is None:
-        check_local_store(study)
-    from sweep.results import StudyNotFoundError, read_study
-    from sweep.tracking import UnreachableStoreError
-
-    try:
-        trials, attrs = read_study(study, tracking_uri)
-    except (StudyNotFoundError, UnreachableStoreError) as exc:
-        bad_input(str(exc))
+    trials, attrs = read_analysed_study(study, tracking_uri)
     spec = study_spec(attrs, "no hparams analysis")
     if spec is None or spec.section("hparams") is None:
         bad_input(f"study {attrs['study']!r} is not an hparams study (its spec has no "
@@ -125,12 +117,8 @@ def command(
         bad_input(f"study {attrs['study']!r}: {exc} ({len(points)} points trained of "
                   f"{len(trials)} trials)")
     points.attrs.update(attrs)
-    folder = out_folder(out, points, study)
-    path = folder / "hparams.png"
-    try:
-        hparam_figure(points, report, path)
-    except OSError as exc:
-        bad_input(f"--out {folder}: {exc.strerror or exc}")
+    path = draw_figure(out, points, study, "hparams.png",
+                       lambda p: hparam_figure(points, report, p))
     data = report.to_dict()
     done = [f"wrote {path}", *log_analysis(attrs, data, path, HPARAMS_ANALYSIS_ARTIFACT,
                                                     HPARAMS_PLOTS_ARTIFACT_DIR)]

@@ -7,12 +7,9 @@ each budget (`HparamsShape`). The rules across sections live in `sweep.kinds.hpa
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from pydantic import Field, model_validator
 
-from pydantic import Field, field_validator, model_validator
-
-from sweep.kinds.scaling.section import SizeRuleSpec
+from sweep.kinds.scaling.section import Budgets, SizeRuleSpec
 from sweep.spec.schema import Section
 
 __all__ = ["MAX_HPARAM_AXIS", "BatchGrid", "HparamsShape", "HparamsSpec", "LrGrid"]
@@ -91,25 +88,9 @@ class HparamsSpec(Section):
     the spec's fixed batch and only the learning-rate law is fitted.
     """
 
-    budgets: list[float] = Field(min_length=2, max_length=32)
+    budgets: Budgets = Field(min_length=2, max_length=32)
     lr: LrGrid
     batch_size: BatchGrid | None = None
     band: float = Field(default=0.0025, ge=0, lt=1, allow_inf_nan=False)
     shape: HparamsShape
 
-    @field_validator("budgets", mode="before")
-    @classmethod
-    def _no_booleans(cls, value: Any) -> Any:
-        if isinstance(value, list) and any(isinstance(b, bool) for b in value):
-            raise ValueError("budgets are FLOP counts, not true/false")
-        return value
-
-    @field_validator("budgets")
-    @classmethod
-    def _budgets(cls, value: list[float]) -> list[float]:
-        if any(not (math.isfinite(b) and b > 0) for b in value):
-            raise ValueError("every budget must be a finite FLOP count > 0")
-        shown = [f"{b:.4g}" for b in value]  # labels name a budget by 4 significant digits
-        if len(set(shown)) != len(shown):
-            raise ValueError("budgets must differ within 4 significant digits")
-        return sorted(value)

@@ -8,17 +8,43 @@ The rules across sections live in `sweep.kinds.scaling.rules`.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from sweep.spec.schema import Section
 
-__all__ = ["MAX_FAMILY", "ScalingSpec", "ShapeSpec", "SizeRuleSpec", "WidthRange"]
+__all__ = ["MAX_FAMILY", "Budgets", "ScalingSpec", "ShapeSpec", "SizeRuleSpec", "WidthRange"]
 
 
 #: The most shapes a size rule or ladder may hold.
 MAX_FAMILY = 1000
+
+
+def _no_booleans(value: Any) -> Any:
+    if isinstance(value, list) and any(isinstance(b, bool) for b in value):
+        raise ValueError("budgets are FLOP counts, not true/false")
+    return value
+
+
+def _distinct_budgets(value: list[float]) -> list[float]:
+    for b in value:
+        if not (math.isfinite(b) and b > 0):
+            raise ValueError(f"budget {b!r}: every budget must be a finite FLOP count > 0")
+    if len(set(value)) != len(value):
+        raise ValueError("budgets must be distinct")
+    # Grid-point labels name a budget by 4 significant digits (sweep.space.grid).
+    shown = [f"{b:.4g}" for b in value]
+    if len(set(shown)) != len(shown):
+        same = sorted({s for s in shown if shown.count(s) > 1})
+        raise ValueError(f"budgets {', '.join(same)} differ only beyond 4 significant "
+                         "digits; give budgets that differ within them")
+    return sorted(value)
+
+
+#: Compute budgets C in FLOPs: finite, > 0, distinct within 4 significant digits (a grid
+#: point's label names its budget by them), sorted; the scaling and hparams sections' own.
+Budgets = Annotated[list[float], BeforeValidator(_no_booleans), AfterValidator(_distinct_budgets)]
 
 
 class WidthRange(Section):
@@ -155,7 +181,7 @@ class ScalingSpec(Section):
     0, for a fraction of the tokens (`sweep.train.branches`, Hagele et al. 2024).
     """
 
-    budgets: list[float] = Field(min_length=1, max_length=64)
+    budgets: Budgets = Field(min_length=1, max_length=64)
     rule: SizeRuleSpec | None = None
     ladder: list[ShapeSpec] | None = Field(default=None, max_length=MAX_FAMILY)
     sizes_per_budget: int = Field(default=7, ge=3, le=64)
@@ -164,29 +190,6 @@ class ScalingSpec(Section):
     recentre: bool = True
     max_epochs: float = Field(default=4.0, gt=0, allow_inf_nan=False)
     branches: bool = False
-
-    @field_validator("budgets", mode="before")
-    @classmethod
-    def _no_booleans(cls, value: Any) -> Any:
-        if isinstance(value, list) and any(isinstance(b, bool) for b in value):
-            raise ValueError("budgets are FLOP counts, not true/false")
-        return value
-
-    @field_validator("budgets")
-    @classmethod
-    def _budgets(cls, value: list[float]) -> list[float]:
-        for b in value:
-            if not (math.isfinite(b) and b > 0):
-                raise ValueError(f"budget {b!r}: every budget must be a finite FLOP count > 0")
-        if len(set(value)) != len(value):
-            raise ValueError("budgets must be distinct")
-        # Grid-point labels name a budget by 4 significant digits (sweep.space.grid).
-        shown = [f"{b:.4g}" for b in value]
-        if len(set(shown)) != len(shown):
-            same = sorted({s for s in shown if shown.count(s) > 1})
-            raise ValueError(f"budgets {', '.join(same)} differ only beyond 4 significant "
-                             "digits; give budgets that differ within them")
-        return sorted(value)
 
     @model_validator(mode="after")
     def _family(self) -> ScalingSpec:

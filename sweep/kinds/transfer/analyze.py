@@ -14,10 +14,10 @@ from typing import Any
 import typer
 
 from sweep.cli.analysis import (
-    check_local_store,
+    draw_figure,
     log_analysis,
-    out_folder,
     print_done,
+    read_analysed_study,
     study_spec,
 )
 from sweep.cli.analyze_tables import print_transfer_reports, report_console
@@ -63,15 +63,7 @@ def command(
                                                 "experiment name), e.g. http://host:5000."),
 ) -> None:
     """The best learning rate per width of a transfer study, and its drift with width."""
-    if tracking_uri is None:
-        check_local_store(study)
-    from sweep.results import StudyNotFoundError, read_study
-    from sweep.tracking import UnreachableStoreError
-
-    try:
-        trials, attrs = read_study(study, tracking_uri)
-    except (StudyNotFoundError, UnreachableStoreError) as exc:
-        bad_input(str(exc))
+    trials, attrs = read_analysed_study(study, tracking_uri)
     spec = transfer_spec(study, attrs)
     from sweep.kinds.transfer.grid import grid_fields
     from sweep.scaling.transfer import analyze_transfer, transfer_figure, transfer_points
@@ -82,12 +74,8 @@ def command(
         bad_input(f"study {attrs['study']!r}: no group has trained points at two widths yet "
                   f"({len(points)} points trained of {len(trials)} trials)")
     points.attrs.update(attrs)
-    folder = out_folder(out, points, study)
-    path = folder / "transfer.png"
-    try:
-        transfer_figure(reports, path)
-    except OSError as exc:
-        bad_input(f"--out {folder}: {exc.strerror or exc}")
+    path = draw_figure(out, points, study, "transfer.png",
+                       lambda p: transfer_figure(reports, p))
     data = [r.to_dict() for r in reports]
     done = [f"wrote {path}"]
     done += log_analysis(attrs, data, path, TRANSFER_ANALYSIS_ARTIFACT,
