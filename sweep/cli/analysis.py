@@ -6,6 +6,7 @@ folder (``<study dir>/analysis`` by default) and the closing lines saying what w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,8 @@ def read_analysed_study(study: str, tracking_uri: str | None) -> tuple[Any, dict
         bad_input(str(exc))
 
 
-def draw_figure(out: str | None, points: Any, study: str, name: str, draw: Any) -> Path:
+def draw_figure(out: str | None, points: Any, study: str, name: str,
+                draw: Callable[[Path], Any]) -> Path:
     """``draw(path)`` into ``name`` in the output folder (`out_folder`); its path.
 
     Exits 2 when the folder or the file cannot be written.

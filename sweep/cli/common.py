@@ -25,7 +25,6 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from sweep.errors import InputError
 from sweep.redact import redact
 from sweep.streams import guard_std_streams
-from sweep.tables import keep_numbers_whole
 from sweep_models.errors import ConfigError
 
 
@@ -156,43 +155,25 @@ def command_group(**kwargs) -> typer.Typer:
     return _Typer(**kwargs)
 
 
-def _redacting_console(**kwargs: Any) -> Any:
-    """A rich `Console` whose printed text passes through `sweep.redact.redact` first.
-
-    A table it prints never has a number cut to fit (`sweep.tables.keep_numbers_whole`).
-    """
-    from rich.console import Console
-    from rich.table import Table
-
-    class RedactingConsole(Console):
-        def print(self, *objects: Any, **kw: Any) -> None:  # noqa: D102 (Console.print's)
-            super().print(*(redact(o) if isinstance(o, str) else
-                            keep_numbers_whole(o, self.width) if isinstance(o, Table) else o
-                            for o in objects), **kw)
-
-    return RedactingConsole(**kwargs)
+#: The consoles every command prints through (`sweep.cli.consoles.RedactingConsole`), each
+#: name and whether it writes to stderr: made on first use (PEP 562's module ``__getattr__``),
+#: so that a refusal never imports rich.
+_CONSOLES = {"console": False, "err_console": True}
 
 
-class LazyConsole:
-    """A redacting rich console made on first use (`_redacting_console`).
+def _console(name: str) -> Any:
+    """The console ``name`` of `_CONSOLES`, made once."""
+    if name not in globals():
+        from sweep.cli.consoles import RedactingConsole
 
-    rich costs about 30 ms of imports; a refusal prints one line (`bad_input`) without it.
-    """
-
-    def __init__(self, **kwargs: Any) -> None:
-        self._kwargs = kwargs
-        self._console: Any = None
-
-    def __getattr__(self, name: str) -> Any:
-        if self._console is None:
-            self._console = _redacting_console(**self._kwargs)
-        return getattr(self._console, name)
+        globals()[name] = RedactingConsole(stderr=_CONSOLES[name])
+    return globals()[name]
 
 
-console: Any = LazyConsole()
-
-
-err_console: Any = LazyConsole(stderr=True)
+def __getattr__(name: str) -> Any:
+    if name not in _CONSOLES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _console(name)
 
 
 def bad_input(message: str) -> NoReturn:
@@ -228,8 +209,8 @@ def stopped(message: str, code: int) -> NoReturn:
     """Print why a study stopped early (one line, no traceback) and exit with ``code``."""
     from rich.markup import escape
 
-    err_console.print(f"[bold yellow]stopped:[/] {escape(message)}", highlight=False,
-                      soft_wrap=True)
+    _console("err_console").print(f"[bold yellow]stopped:[/] {escape(message)}",
+                                  highlight=False, soft_wrap=True)
     raise typer.Exit(code=code)
 
 
