@@ -184,11 +184,15 @@ def reading_uri(tracking_uri: str) -> str:
     """The URI that opens a ``sqlite:///`` store read-only; other URIs as given.
 
     `sweep.store_files.read_only_url`: a write through it fails, and MLflow's table creation
-    and migrations never run.
+    and migrations never run. A hot journal a killed writer left beside an MLflow store is
+    rolled back first (`_recover`), which a read-only connection cannot do; a file that is not
+    an MLflow store is left as it is.
     """
     path = sqlite_file(tracking_uri)
     if path is None or "mode=ro" in tracking_uri:
         return tracking_uri
+    if hot_journal(path) is not None and mlflow_store_problem(path, new_ok=False) is None:
+        _recover(path)
     return read_only_url(path)
 
 

@@ -197,6 +197,41 @@ def test_a_hot_journal_of_the_service_store_is_not_foreign(study):
     assert "scratch" not in tables and "runs" in tables
 
 
+def test_the_readers_roll_back_a_hot_journal_a_killed_writer_left(study):
+    """A script (or a test) reading a killed study with `find_study` and `read_trials`."""
+    from sweep.tracking import find_study, read_trials
+
+    db = study / "mlflow.db"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE,
+                              text=True)
+    assert writer.stdout.readline().strip() == "written"
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    assert hot_journal(db) is not None
+    uri = f"sqlite:///{db}"
+    experiment_id, parent = find_study(uri, "demo")
+    assert hot_journal(db) is None
+    assert len(read_trials(uri, experiment_id, parent)) == 2
+    tables = {n for (n,) in sqlite3.connect(db).execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "scratch" not in tables and "runs" in tables
+
+
+def test_a_hot_journal_beside_a_foreign_file_is_left_as_it_is(tmp_path):
+    from sweep.tracking.stores import reading_uri
+
+    db = tmp_path / "mlflow.db"
+    sqlite3.connect(db).execute("CREATE TABLE mine (x)").connection.commit()
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE,
+                              text=True)
+    assert writer.stdout.readline().strip() == "written"
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    before = (db.read_bytes(), Path(f"{db}-journal").read_bytes())
+    assert "mode=ro" in reading_uri(f"sqlite:///{db}")
+    assert (db.read_bytes(), Path(f"{db}-journal").read_bytes()) == before
+
+
 @pytest.mark.parametrize("form", ["journal", "sqlite"])
 def test_dashboard_refuses_a_users_file_as_the_optuna_storage(study, tmp_path, form):
     if form == "journal":
