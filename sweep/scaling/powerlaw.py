@@ -3,11 +3,11 @@
 X is parameters N, tokens D or compute C (Kaplan et al. 2020, "Scaling Laws for Neural Language
 Models", eq. 1.1-1.3 without E; Hoffmann et al. 2022, "Training Compute-Optimal Large Language
 Models", eq. 2 in one variable). Fitted by nonlinear least squares on the loss itself (scipy's
-trust-region reflective ``least_squares``, E >= 0, A > 0, alpha > 0), with A fitted as
-log A so that the scale of X does not matter; standard errors from the Jacobian at the optimum
-(the Gauss-Newton covariance, residual variance times (J^T J)^-1) and percentile bootstrap
-intervals from refits on resampled points (or whole groups of points), each started from the
-full fit's optimum.
+trust-region reflective ``least_squares`` with the exact Jacobian, E >= 0, A > 0, alpha > 0),
+with A fitted as log A so that the scale of X does not matter; standard errors from the
+Jacobian at the optimum (the Gauss-Newton covariance, residual variance times (J^T J)^-1) and
+percentile bootstrap intervals from refits on resampled points (or whole groups of points), each
+started from the full fit's optimum.
 """
 
 from __future__ import annotations
@@ -65,8 +65,15 @@ def _model(theta: np.ndarray, log_x: np.ndarray) -> np.ndarray:
     return e + np.exp(log_a - alpha * log_x)
 
 
+def _jacobian(theta: np.ndarray, log_x: np.ndarray) -> np.ndarray:
+    """Shape ``(n, 3)``: d L / d (E, log A, alpha), exact (no finite differences)."""
+    power = np.exp(theta[1] - theta[2] * log_x)
+    return np.column_stack([np.ones_like(log_x), power, -log_x * power])
+
+
 def _solve(log_x: np.ndarray, loss: np.ndarray, start: np.ndarray):
-    return least_squares(lambda t: _model(t, log_x) - loss, start, method="trf",
+    return least_squares(lambda t: _model(t, log_x) - loss, start,
+                         jac=lambda t: _jacobian(t, log_x), method="trf",
                          bounds=([0.0, -np.inf, 1e-6], [np.inf, np.inf, 10.0]),
                          x_scale="jac", max_nfev=10_000)
 

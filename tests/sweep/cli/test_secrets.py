@@ -31,7 +31,8 @@ ENV_SECRET = "EnvOnly-Pw_77"
 
 
 def _spec(tmp_path, url):
-    return fault_study_spec(tmp_path, NAME, search={"fault_wait_s": 10}, tracking={"uri": url})
+    # one retry, 3 s after the outage: its line is among the texts checked for the password
+    return fault_study_spec(tmp_path, NAME, search={"fault_wait_s": 3}, tracking={"uri": url})
 
 
 def _finished(tmp_path):

@@ -44,7 +44,8 @@ def store(tmp_path, new_store):
     new_store(tmp_path / "out")
 
 
-def write_spec(tmp_path, n_trials=6, parallel=1):
+def write_spec(tmp_path, n_trials, parallel=1):
+    """The fault study of ``n_trials``: as few as the fault and the resume after it need."""
     return fault_study_spec(tmp_path, NAME, n_trials=n_trials, search={"parallel": parallel})
 
 
@@ -141,7 +142,7 @@ def check_resumed(tmp_path, before, n_trials, n_interrupted):
 
 
 def test_driver_killed_mid_trial_then_resumed(tmp_path):
-    spec = write_spec(tmp_path)
+    spec = write_spec(tmp_path, n_trials=4)  # 2 finished, 1 killed, 1 new after the resume
     proc = start(tmp_path, spec)
     wait_mid_trial(tmp_path, proc, n_finished=2)
     proc.send_signal(signal.SIGKILL)
@@ -154,7 +155,7 @@ def test_driver_killed_mid_trial_then_resumed(tmp_path):
     assert sum(1 for r in runs if r["state"].finished) == n_done
 
     resume(tmp_path, spec)
-    trials, _ = check_resumed(tmp_path, before, 6, 1)
+    trials, _ = check_resumed(tmp_path, before, 4, 1)
     # The resumed sampler does not replay the first run's draws (random sampler, seed 0)
     new = [t for t in trials if t.number >= len(before) and ATTR_RETRY_OF not in t.user_attrs]
     assert new and all(t.params != b.params for t in new for b in before)
@@ -205,7 +206,7 @@ def test_a_killed_trial_is_retried_from_its_checkpoint(tmp_path):
 
 
 def test_parallel_driver_killed_takes_its_workers_along(tmp_path):
-    spec = write_spec(tmp_path, n_trials=6, parallel=2)
+    spec = write_spec(tmp_path, n_trials=4, parallel=2)
     proc = start(tmp_path, spec)
     trials = wait_mid_trial(tmp_path, proc, n_finished=1)
     workers = {owner_pid(t.user_attrs[ATTR_OWNER]) for t in trials if ATTR_OWNER in t.user_attrs}
@@ -224,11 +225,11 @@ def test_parallel_driver_killed_takes_its_workers_along(tmp_path):
     interrupted = [n for n in running if n not in ended]
     assert interrupted
     resume(tmp_path, spec)
-    check_resumed(tmp_path, before, 6, len(interrupted))
+    check_resumed(tmp_path, before, 4, len(interrupted))
 
 
 def test_a_killed_worker_is_replaced_and_its_trial_retried(tmp_path):
-    spec = write_spec(tmp_path, n_trials=6, parallel=2)
+    spec = write_spec(tmp_path, n_trials=4, parallel=2)
     proc = start(tmp_path, spec)
     trials = wait_mid_trial(tmp_path, proc, n_finished=1)
     victim = next(t for t in trials if t.state == OptunaState.RUNNING
@@ -237,7 +238,7 @@ def test_a_killed_worker_is_replaced_and_its_trial_retried(tmp_path):
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
-    check_resumed(tmp_path, [], 6, 1)
+    check_resumed(tmp_path, [], 4, 1)
     assert next(t for t in optuna_trials(tmp_path) if t.number == victim.number).user_attrs[
         ATTR_STATE] == "INTERRUPTED"
 
@@ -247,7 +248,7 @@ def test_a_killed_worker_is_replaced_and_its_trial_retried(tmp_path):
     (signal.SIGINT, 130, 3),  # an impatient user: more Ctrl-C while the stop is recorded
 ])
 def test_interrupt_stops_cleanly_and_resumes(tmp_path, sig, code, times):
-    spec = write_spec(tmp_path)
+    spec = write_spec(tmp_path, n_trials=3)  # 1 finished, 1 stopped, 1 new after the resume
     proc = start(tmp_path, spec)
     wait_mid_trial(tmp_path, proc, n_finished=1)
     proc.send_signal(sig)
@@ -271,12 +272,13 @@ def test_interrupt_stops_cleanly_and_resumes(tmp_path, sig, code, times):
     assert sig.name in run.data.tags[TAG_FAIL_REASON]
 
     resume(tmp_path, spec)
-    check_resumed(tmp_path, before, 6, 1)
+    check_resumed(tmp_path, before, 3, 1)
 
 
 # ------------------------------------------------------------ the MLflow server goes away
 def server_study(tmp_path, url, fault_wait_s):
-    path = write_spec(tmp_path)
+    # 2 finished, 1 trained through the outage, 1 whose run the outage stopped
+    path = write_spec(tmp_path, n_trials=4)
     data = yaml.safe_load(path.read_text())
     data["tracking"] = {"uri": url}
     data["search"]["fault_wait_s"] = fault_wait_s
@@ -369,7 +371,7 @@ def test_tracking_server_down_for_a_while_keeps_the_trial_and_pauses_the_study(
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert "retrying in" in err and "Traceback" not in err
-    check_after_fault(server.url, tmp_path, 6, buffered)
+    check_after_fault(server.url, tmp_path, 4, buffered)
 
 
 @pytest.mark.server
@@ -407,4 +409,4 @@ def test_tracking_server_down_too_long_stops_with_one_line_then_syncs_and_resume
     again = subprocess.run(sync, env=env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and "nothing to send" in again.stdout
     resume(tmp_path, spec)
-    check_after_fault(server.url, tmp_path, 6, buffered)
+    check_after_fault(server.url, tmp_path, 4, buffered)
