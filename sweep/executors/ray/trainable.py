@@ -91,6 +91,7 @@ def search_trainable(ctx: StudyContext):
             except ConfigError:  # the trainer raises it again, inside the trial's run
                 total = None
             opened.run.hold_s = 0.0  # Ray may end this thread at any report
+            opened.run.send_held()  # the configs it opened with, before any report
             # Multi-objective searches read the cost objectives from every report.
             reporter = TuneReporter(cost_report(spec, opened.cost), budget_tokens=total,
                                     run=opened.run)
