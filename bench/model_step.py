@@ -15,14 +15,18 @@ median over the rounds, and ratios are ours / theirs in tokens/s (> 1: ours is f
 ratio of the medians, and the median of the ratios within each round (``paired_``). With
 ``--compile`` the same is done for `torch.compile` of each. Also times the cost model.
 
-Usage: ``python bench/model_step.py [--threads 2] [--steps 10] [--compile]``; prints a table and
-one JSON line with every figure.
+With ``--compile``, ours compiled is also set against ours eager: the speedup per step, the
+compile time (the first step's time beyond a steady one) and after how many steps compiling pays.
+
+Usage: ``python bench/model_step.py [--threads 2] [--steps 10] [--compile] [--sizes d128-L4]``;
+prints a table and one JSON line with every figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
 
@@ -91,9 +95,12 @@ def compare(size, steps: int, compile_: bool) -> dict:
         models = {k: torch.compile(m) for k, m in models.items()}
     step = {k: make_step(m, hf=k == "hf") for k, m in models.items()}
     idx = torch.randint(0, VOCAB, (batch, seq_len))
-    for _ in range(3 if compile_ else 2):  # warm-up (and compile)
+    first: dict[str, float] = {}
+    for _ in range(3 if compile_ else 2):  # warm-up (and compile, in the first step)
         for k in MODELS:
+            start = time.perf_counter()
             step[k](idx)
+            first.setdefault(k, time.perf_counter() - start)
     times: dict[str, list[float]] = {k: [] for k in MODELS}
     for i in range(steps):
         for k in MODELS[i % 3:] + MODELS[:i % 3]:
@@ -122,7 +129,28 @@ def compare(size, steps: int, compile_: bool) -> dict:
         "ratio_vs_hf": round(tps["ours"] / tps["hf"], 3),
         "paired_ratio_vs_reference": paired("reference"),
         "paired_ratio_vs_hf": paired("hf"),
+        # The first step's time beyond a steady one: compilation (and first-call set-up).
+        "ours_first_step_extra_s": round(first["ours"] - statistics.median(times["ours"]), 3),
+        "ours_step_s": round(statistics.median(times["ours"]), 5),
     }
+
+
+def compile_gain(rows: list[dict]) -> list[dict]:
+    """Per size: ours compiled against ours eager, and after how many steps compiling pays.
+
+    ``pays_after_steps`` = extra first-step time of the compiled model (its compilation) over
+    the time it saves per step; None when it saves none.
+    """
+    eager = {r["size"]: r for r in rows if r["mode"] == "eager"}
+    out = []
+    for r in (r for r in rows if r["mode"] == "compile"):
+        e = eager[r["size"]]
+        saved = e["ours_step_s"] - r["ours_step_s"]
+        cost_s = r["ours_first_step_extra_s"] - e["ours_first_step_extra_s"]
+        out.append({"size": r["size"], "compile_s": round(cost_s, 2),
+                    "speedup": round(r["ours_tokens_per_s"] / e["ours_tokens_per_s"], 3),
+                    "pays_after_steps": math.ceil(cost_s / saved) if saved > 0 else None})
+    return out
 
 
 def time_cost_model(n: int = 10_000) -> float:
@@ -143,16 +171,25 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--compile", action="store_true", help="also compare torch.compile")
+    parser.add_argument("--sizes", nargs="+", choices=[s[0] for s in SIZES],
+                        default=[s[0] for s in SIZES], help="Sizes to run (default: all).")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    rows = [compare(size, args.steps, False) for size in SIZES]
+    sizes = [s for s in SIZES if s[0] in args.sizes]
+    rows = [compare(size, args.steps, False) for size in sizes]
     if args.compile:
-        rows += [compare(size, args.steps, True) for size in SIZES]
+        rows += [compare(size, args.steps, True) for size in sizes]
     for r in rows:
         print(f"{r['size']:>8} {r['mode']:>7}: ours {r['ours_tokens_per_s']:>8.1f} tok/s, "
               f"reference {r['reference_tokens_per_s']:>8.1f} ({r['ratio_vs_reference']:.3f}x), "
               f"HF GPT2 {r['hf_tokens_per_s']:>8.1f} ({r['ratio_vs_hf']:.3f}x); paired "
               f"{r['paired_ratio_vs_reference']:.3f}x, {r['paired_ratio_vs_hf']:.3f}x")
+    gains = compile_gain(rows)
+    for g in gains:
+        pays = (f"pays after {g['pays_after_steps']} steps" if g["pays_after_steps"]
+                else "never pays (no faster per step)")
+        print(f"{g['size']:>8} torch.compile: {g['speedup']:.3f}x eager per step, compiling "
+              f"takes {g['compile_s']:.1f} s: {pays}")
     cost_s = time_cost_model()
     print(f"cost model: 10,000 estimates in {cost_s:.3f} s")
     eager = [r for r in rows if r["mode"] == "eager"]
@@ -164,6 +201,7 @@ def main() -> None:
         "min_eager_ratio_vs_reference": min(r["ratio_vs_reference"] for r in eager),
         "min_eager_ratio_vs_hf": min(r["ratio_vs_hf"] for r in eager),
         "target_eager_ratio": 1.0,
+        "compile_gain": gains,
         "cost_model_10k_s": round(cost_s, 4),
     }))
 
