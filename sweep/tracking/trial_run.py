@@ -89,7 +89,7 @@ class TrialRun:
         self._pending = PendingWrites(client, run_id)
         self._deferring = 0
         #: Seconds an evaluation may wait for the next write; 0 where the thread can end
-        #: without the run's end (Ray: a scheduler's pause or stop, PBT's exploit).
+        #: without the run's end and nothing sends first (PBT's exploit; `send_held`).
         self.hold_s = EVAL_HOLD_S
 
     def beat(self) -> None:

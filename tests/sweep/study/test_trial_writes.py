@@ -22,7 +22,7 @@ from mlflow.utils.validation import (
 
 from sweep import schema, space
 from sweep.spec import parse_spec
-from sweep.study.trial import StudyContext, evaluate
+from sweep.study.trial import StudyContext, evaluate, open_trial, train_trial
 from sweep.tracking import StudyTracker, trial_run
 from sweep.tracking.batch import batches
 
@@ -229,3 +229,35 @@ def test_the_summary_reads_every_curve_in_a_query_per_chunk_not_per_run(tmp_path
     for number, run_id in enumerate(runs):
         assert histories[run_id] == [(8 * (t + 1), pytest.approx(4.0 - 0.1 * t - 0.01 * number))
                                      for t in range(number + 1)]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_ray_trial_sends_what_it_holds_before_each_tune_report(tmp_path, new_store, counts,
+                                                                 monkeypatch):
+    # Ray may end the trial's thread at any report: its configs and evaluations are in the
+    # store by then; between reports they wait, so they cost one log_batch per report.
+    from sweep.executors.ray import reporting
+
+    ctx = _ctx(tmp_path, new_store, steps=4, eval_every=8)
+    client = MlflowClient(ctx.tracking.tracking_uri)
+    seen = []
+
+    def tune_report(values):
+        run_id = reporter.run.run_id
+        stored = client.get_run(run_id).data
+        history = client.get_metric_history(run_id, "val_loss")
+        seen.append((values["tokens"], "model.d_model" in stored.params,
+                     max(m.step for m in history)))
+
+    monkeypatch.setattr(reporting, "session_alive", lambda: True)
+    monkeypatch.setattr(reporting.tune, "report", tune_report)
+    monkeypatch.setattr(trial_run, "EVAL_HOLD_S", 3600.0)
+    opened = open_trial(ctx, 0, _configs(ctx))
+    reporter = reporting.TuneReporter(budget_tokens=32, run=opened.run)
+    counts.clear()
+    outcome = train_trial(ctx, opened, reporter)
+    assert outcome.state is schema.TrialState.COMPLETE
+    # Reports at 8, 16 and 24 tokens (32, the budget's end, goes with the final report).
+    assert seen == [(8, True, 8), (16, True, 16), (24, True, 24)]
+    assert counts["log_batch"] == 3 + 1 and counts["update_run_info"] == 1
