@@ -155,16 +155,18 @@ def test_batches_keep_mlflows_limits_and_every_write_in_order():
     assert len(calls) == 3
 
 
-def test_an_optuna_trial_appends_to_its_journal_five_times(tmp_path, new_store, counts, held,
-                                                           monkeypatch):
+@pytest.mark.parametrize("steps, eval_every, appends", [(1, None, 4), (4, 8, 5)])
+def test_an_optuna_trial_appends_to_its_journal_four_or_five_times(tmp_path, new_store, counts,
+                                                                   held, monkeypatch, steps,
+                                                                   eval_every, appends):
     from optuna.storages.journal import JournalFileBackend
 
     from sweep.executors.optuna import objective
 
-    ctx = _ctx(tmp_path, new_store)
+    ctx = _ctx(tmp_path, new_store, steps=steps, eval_every=eval_every)
     monkeypatch.setattr(objective, "PROGRESS_S", 3600.0)
     study = objective.create_study(ctx)
-    appends: list[int] = []
+    appends_per_trial, appends = appends, []
     append = JournalFileBackend.append_logs
 
     def counted(self, logs):
@@ -175,9 +177,9 @@ def test_an_optuna_trial_appends_to_its_journal_five_times(tmp_path, new_store, 
     counts.clear()
     objective.optimize(study, ctx, 3)
     # Per trial: Optuna's new trial, its owner and params in one append, its first evaluation's
-    # progress (the later ones wait PROGRESS_S), its closing records in one, Optuna's end state;
-    # each append is one fsync.
-    assert len(appends) == 3 * 5
+    # progress unless that is its last, at the budget's end (the later ones wait PROGRESS_S),
+    # its closing records in one, Optuna's end state; each append is one fsync.
+    assert len(appends) == 3 * appends_per_trial
     assert counts["log_batch"] == 3 and counts["create_run"] == 3
     assert counts["update_run_info"] == 3 and not counts["search_runs"]
     for t in study.trials:
@@ -186,6 +188,8 @@ def test_an_optuna_trial_appends_to_its_journal_five_times(tmp_path, new_store, 
                     schema.ATTR_CONSTRAINTS, "n_params", "flops_per_token"):
             assert key in t.user_attrs, key
         assert t.system_attrs  # the constraints the samplers read
+        # The first evaluation's progress, where it was not the last (8 of 32 tokens).
+        assert t.user_attrs.get(schema.ATTR_PROGRESS, [None])[0] == (8 if steps > 1 else None)
 
 
 def test_a_held_journal_writes_other_threads_at_once_and_its_own_at_the_end(tmp_path):
