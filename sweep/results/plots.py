@@ -53,8 +53,7 @@ def _val_loss_figure(frame: pd.DataFrame, histories: Mapping[str, list[tuple]],
     ax.set_title("Validation loss of all trials")
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
-    fig.tight_layout()
-    return fig
+    return fig  # laid out with the others (`study_figures`)
 
 
 def _study_from_frame(frame: pd.DataFrame) -> Any:

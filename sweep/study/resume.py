@@ -47,7 +47,7 @@ OWNERLESS_S = 10.0
 MAX_RETRIES = 3
 
 __all__ = ["Reconciled", "Runless", "StudyInterrupted", "interrupt_signals", "reconcile",
-           "reconcile_runs", "record_runless", "signal_handlers"]
+           "reconcile_runs", "record_runless", "resolved_params", "signal_handlers"]
 
 
 #: `_Received.name` while signals are held off for a step that must not be cut short.
@@ -234,6 +234,17 @@ class Runless:
     reason: str
 
 
+def resolved_params(spec: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's sampled params as its run logs them: the resolved configs where they resolve."""
+    from sweep import space  # the search space: only when a trial is recorded
+
+    try:
+        model, train = space.configs_from_params(spec, dict(params))
+    except space.InvalidConfig:
+        return dict(params)
+    return {"model": model.to_dict(), "train": train.to_dict()}
+
+
 def record_runless(ctx: Any, trials: Iterable[Runless]) -> list[int]:
     """Give each of ``trials`` whose number has no MLflow run one, ended ``INTERRUPTED``.
 
@@ -251,8 +262,6 @@ def record_runless(ctx: Any, trials: Iterable[Runless]) -> list[int]:
     Raises:
         Exception: The store's error when it does not answer (an infrastructure fault).
     """
-    from sweep import space  # the search space: only when a trial is recorded
-
     trials = list(trials)
     if not trials:
         return []
@@ -261,12 +270,7 @@ def record_runless(ctx: Any, trials: Iterable[Runless]) -> list[int]:
     for t in trials:
         if t.number in numbers:
             continue
-        params: dict[str, Any] = dict(t.params)
-        try:  # the resolved configs, as the trial would have logged them
-            model, train = space.configs_from_params(ctx.spec, params)
-            params = {"model": model.to_dict(), "train": train.to_dict()}
-        except space.InvalidConfig:
-            pass
+        params = resolved_params(ctx.spec, t.params)
         with ctx.tracking.start_trial(t.number, params, retry_of=t.retry_of) as run:
             run.end(TrialState.INTERRUPTED, fail_reason=t.reason)
         numbers.add(t.number)

@@ -42,7 +42,8 @@ def finish_study(tracker: StudyTracker, optuna_study: Any = None, *,
     trials = read_trials(context.tracking_uri, context.experiment_id, context.parent_run_id)
     frame = results.trials_frame(
         trials, baseline=results.read_baseline(context.tracking_uri, context.parent_run_id))
-    histories = val_loss_histories(context.tracking_uri, [t["run_id"] for t in trials])
+    histories = val_loss_histories(context.tracking_uri, [t["run_id"] for t in trials],
+                                   context.parent_run_id)
     figures = {} if interrupted is not None else results.study_figures(
         frame, histories, optuna_study, objective_names)
     try:

@@ -248,8 +248,9 @@ def _open_trial(ctx: StudyContext, number: int,
     with contextlib.ExitStack() as owner:
         run = owner.enter_context(
             ctx.tracking.start_trial(number, retry_of=retry_of, heartbeat=heartbeat))
-        # The configs, costs and tags in one write (with the end, for an infeasible trial).
-        with run.deferred():
+        # The configs, costs and tags in one write, held as an evaluation is
+        # (`sweep.tracking.trial_run.EVAL_HOLD_S`): a short trial sends them with its end.
+        with run.deferred(hold=True):
             run.log_params({"model": model.to_dict(), "train": train.to_dict()})
             device = ctx.device or train.device
             ok, reason, estimate = space.check_constraints(ctx.spec, model, train, device=device)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
-from sweep.adapters.mlflow import metric_history_bulk
+from sweep.adapters.mlflow import child_histories, child_runs, metric_history_bulk
 from sweep.params import decode_param
 from sweep.schema import (
     KIND_STUDY,
@@ -62,8 +62,49 @@ def list_studies(tracking_uri: str) -> list[str]:
     ]
 
 
+def _trial(run: dict[str, Any]) -> dict[str, Any]:
+    """One `read_trials` record from a run's fields (`sweep.adapters.mlflow.child_runs`)."""
+    tags = run["tags"]
+    return {
+        "trial": int(tags.get(TAG_TRIAL_NUMBER, -1)),
+        "run_id": run["run_id"],
+        "run_name": tags.get(MLFLOW_RUN_NAME, run["run_name"]),
+        "state": TrialState(tags.get(TAG_STATE, TrialState.RUNNING)),
+        "fail_reason": tags.get(TAG_FAIL_REASON),
+        "branch_from": tags.get(TAG_BRANCH_FROM),
+        "retry_of": int(tags[TAG_RETRY_OF]) if TAG_RETRY_OF in tags else None,
+        "params": {k: decode_param(v) for k, v in run["params"].items()},
+        "metrics": dict(run["metrics"]),
+        "start_time": run["start_time"],
+        "end_time": run["end_time"],
+    }
+
+
+def _searched_runs(client: MlflowClient, experiment_id: str,
+                   parent_run_id: str) -> list[dict[str, Any]]:
+    """The child runs through ``search_runs``, page by page (a server's store)."""
+    runs, token = [], None
+    while True:
+        page = client.search_runs(
+            [experiment_id],
+            filter_string=f"tags.{MLFLOW_PARENT_RUN_ID} = '{parent_run_id}'",
+            max_results=1000,
+            page_token=token,
+        )
+        runs += [{"run_id": run.info.run_id, "run_name": run.info.run_name,
+                  "start_time": run.info.start_time, "end_time": run.info.end_time,
+                  "tags": run.data.tags, "params": run.data.params,
+                  "metrics": run.data.metrics} for run in page]
+        token = page.token
+        if not token:
+            return runs
+
+
 def read_trials(tracking_uri: str, experiment_id: str, parent_run_id: str) -> list[dict]:
     """All trial runs of a study, one dict each, in trial-number order.
+
+    A SQL store is read in four queries at any study size (`sweep.adapters.mlflow.child_runs`),
+    a server page by page (``search_runs``).
 
     Returns:
         Dicts with ``trial`` (int), ``run_id``, ``state``, ``fail_reason`` (str or None),
@@ -74,34 +115,10 @@ def read_trials(tracking_uri: str, experiment_id: str, parent_run_id: str) -> li
         value of each metric; ``val_loss`` is the final one), ``start_time``/``end_time`` (ms).
     """
     client = MlflowClient(reading_uri(tracking_uri))
-    trials, token = [], None
-    while True:
-        page = client.search_runs(
-            [experiment_id],
-            filter_string=f"tags.{MLFLOW_PARENT_RUN_ID} = '{parent_run_id}'",
-            max_results=1000,
-            page_token=token,
-        )
-        for run in page:
-            tags = run.data.tags
-            trials.append(
-                {
-                    "trial": int(tags.get(TAG_TRIAL_NUMBER, -1)),
-                    "run_id": run.info.run_id,
-                    "run_name": tags.get(MLFLOW_RUN_NAME, run.info.run_name),
-                    "state": TrialState(tags.get(TAG_STATE, TrialState.RUNNING)),
-                    "fail_reason": tags.get(TAG_FAIL_REASON),
-                    "branch_from": tags.get(TAG_BRANCH_FROM),
-                    "retry_of": int(tags[TAG_RETRY_OF]) if TAG_RETRY_OF in tags else None,
-                    "params": {k: decode_param(v) for k, v in run.data.params.items()},
-                    "metrics": dict(run.data.metrics),
-                    "start_time": run.info.start_time,
-                    "end_time": run.info.end_time,
-                }
-            )
-        token = page.token
-        if not token:
-            break
+    runs = child_runs(client, experiment_id, MLFLOW_PARENT_RUN_ID, parent_run_id)
+    if runs is None:
+        runs = _searched_runs(client, experiment_id, parent_run_id)
+    trials = [_trial(run) for run in runs]
     return sorted(trials, key=lambda t: (t["trial"], t["start_time"] or 0))
 
 
@@ -109,21 +126,30 @@ def read_trials(tracking_uri: str, experiment_id: str, parent_run_id: str) -> li
 HISTORY_CHUNK = 500
 
 
-def val_loss_histories(tracking_uri: str, run_ids: Iterable[str]) -> dict[str, list[tuple]]:
+def val_loss_histories(tracking_uri: str, run_ids: Iterable[str],
+                       parent_run_id: str | None = None) -> dict[str, list[tuple]]:
     """``run_id -> [(tokens, val_loss), ...]`` sorted by tokens, from the metric histories.
 
-    A SQL store reads them `HISTORY_CHUNK` runs per query (its ``get_metric_history_bulk``,
-    which MLflow's UI uses: `sweep.adapters.mlflow.metric_history_bulk`),
-    so a study's summary makes a handful of queries at any size; a server, one request a run.
+    With ``parent_run_id`` (the runs are its children), a SQL store reads them in one query
+    (`sweep.adapters.mlflow.child_histories`); without, `HISTORY_CHUNK` runs per query (its
+    ``get_metric_history_bulk``, which MLflow's UI uses:
+    `sweep.adapters.mlflow.metric_history_bulk`); a server, one request a run.
     """
     client = MlflowClient(reading_uri(tracking_uri))
     ids = list(dict.fromkeys(run_ids))
+    out: dict[str, list[tuple]] = {run_id: [] for run_id in ids}
+    found = None if parent_run_id is None else child_histories(
+        client, METRIC_VAL_LOSS, MLFLOW_PARENT_RUN_ID, parent_run_id)
+    if found is not None:
+        for run_id, points in found.items():
+            if run_id in out:
+                out[run_id] = points
+        return {run_id: sorted(points) for run_id, points in out.items()}
     bulk = metric_history_bulk(client)
     if bulk is None:
         return {run_id: sorted((m.step, m.value)
                                for m in client.get_metric_history(run_id, METRIC_VAL_LOSS))
                 for run_id in ids}
-    out: dict[str, list[tuple]] = {run_id: [] for run_id in ids}
     for start in range(0, len(ids), HISTORY_CHUNK):
         for row in bulk(ids[start:start + HISTORY_CHUNK], METRIC_VAL_LOSS, max_results=2**62):
             out[row.run_id].append((row.step, row.value))

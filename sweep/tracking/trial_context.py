@@ -184,6 +184,11 @@ class TrialContext:
             ended.append(trial.run_id)
         return ended
 
+    def log_params(self, run_id: str, number: int, params: Mapping[str, Any]) -> None:
+        """Log ``params`` to trial ``number``'s run now (`TrialRun.log_params`), open or ended."""
+        client = MlflowClient(self.tracking_uri)
+        TrialRun(client, run_id, number).log_params(params)
+
     def attach_trial(self, run_id: str) -> TrialRun:
         """Continue logging to an existing trial run (a trial restored in another process)."""
         client = MlflowClient(self.tracking_uri)

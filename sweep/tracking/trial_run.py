@@ -5,15 +5,14 @@
 
 Every write goes through `mlflow.MlflowClient` with an explicit run id (never the fluent
 active-run stack), so trials in threads, processes or Ray workers on other machines do not collide.
-Writes go in as few ``log_batch`` calls as MLflow takes (`sweep.tracking.batch`): opening a
-trial (`deferred`) and ending it are one call each beside ``create_run`` and ``set_terminated``,
-and an evaluation that comes within `EVAL_HOLD_S` of the run's last write is held and sent with
-the next write (a later evaluation, the end, or the heartbeat), so a short trial pays for a few
-store transactions, and a long one still shows its curve live. Non-finite values are never
-written, but for one: a DIVERGED trial's loss metrics end in a nan at the step where it
-diverged, and it logs no ``final_val_loss`` or ``best_val_loss``, so MLflow (which orders nan
-after every number, in either direction, and runs without the metric after that) never ranks a
-diverged trial first by any loss metric.
+Writes go in as few ``log_batch`` calls as MLflow takes (`sweep.tracking.batch`); what comes
+within `EVAL_HOLD_S` of the run's last write (an evaluation, the records a trial opens with:
+`deferred`) is held for the next write (an evaluation, the end, the heartbeat), so a short
+trial is ``create_run``, one ``log_batch`` and ``set_terminated``, and a long one still shows
+its configs and curve live. Non-finite values are never written, but for one: a DIVERGED
+trial's loss metrics end in a nan at the step where it diverged, and it logs no
+``final_val_loss`` or ``best_val_loss``, so MLflow (which orders nan after every number, in
+either direction, and runs without the metric after that) never ranks it first by any loss.
 """
 
 from __future__ import annotations
@@ -90,7 +89,7 @@ class TrialRun:
         self._pending = PendingWrites(client, run_id)
         self._deferring = 0
         #: Seconds an evaluation may wait for the next write; 0 where the thread can end
-        #: without the run's end (Ray: a scheduler's pause or stop, PBT's exploit).
+        #: without the run's end and nothing sends first (PBT's exploit; `send_held`).
         self.hold_s = EVAL_HOLD_S
 
     def beat(self) -> None:
@@ -99,8 +98,8 @@ class TrialRun:
         While the run's writes are buffered (`sweep.tracking.buffer`), try to send them instead.
         Evaluations held (`EVAL_HOLD_S`) are sent first.
         """
-        if not self._deferring and self._pending:
-            self._pending.send()
+        if not self._deferring:
+            self.send_held()
         value = f"{time.time():.0f}"
         if isinstance(self.client, BufferedClient):
             self.client.beat(TAG_HEARTBEAT, value)
@@ -159,22 +158,26 @@ class TrialRun:
         if self._deferring or (
                 hold and time.monotonic() - self._pending.sent_at < self.hold_s):
             return
-        if self._pending:
-            self._pending.send()
+        self.send_held()
 
     @contextlib.contextmanager
-    def deferred(self) -> Iterator[TrialRun]:
-        """Hold every write inside the block and send them together when it ends.
+    def deferred(self, *, hold: bool = False) -> Iterator[TrialRun]:
+        """Hold the block's writes and send them together when it ends.
 
-        On an exception the writes stay held, and `end` (which the run's ``with`` block calls)
-        sends them with the run's end state.
+        ``hold``: held on past it as an evaluation is. On an exception they wait for `end`.
         """
         self._deferring += 1
         try:
             yield self
         finally:
             self._deferring -= 1
-        if not self._deferring and self._pending:
+        if not self._deferring and not (
+                hold and time.monotonic() - self._pending.sent_at < self.hold_s):
+            self.send_held()
+
+    def send_held(self) -> None:
+        """Send every write held so far now (a run whose thread may end at any report)."""
+        if self._pending:
             self._pending.send()
 
     def restore(self, params: Mapping[str, str], metrics: Mapping[str, float],
@@ -201,8 +204,7 @@ class TrialRun:
         """
         self._detached = True
         self._stop_heartbeat()
-        if self._pending:
-            self._pending.send()
+        self.send_held()
 
     def log_params(self, config: Mapping[str, Any]) -> None:
         """Log the resolved config once: nested sections or dotted keys, values stringified.
@@ -368,8 +370,7 @@ class TrialRun:
             self._record_end(state, fail_reason, detail)
         finally:
             self._deferring -= 1
-        if self._pending:
-            self._pending.send()
+        self.send_held()
         self.client.set_terminated(self.run_id, status)
         self.state = state
 

@@ -46,7 +46,8 @@ from sweep.study.trial import StudyContext, TrialOutcome, evaluate
 from sweep.tracking.faults import InfrastructureError, infrastructure_fault
 from sweep.tracking.owner import current_owner
 from sweep.tracking.view import run_url
-from sweep_models.errors import required
+from sweep.train.config import resolve_budget
+from sweep_models.errors import ConfigError, required
 
 if TYPE_CHECKING:
     from sweep.train.config import TrainConfig
@@ -65,11 +66,14 @@ class OptunaReporter:
     single-objective studies only) and, with the tokens seen, to user attr ``sweep_progress``
     for the progress view: the first at once (a trial shows as training from its first
     evaluation), the later ones at most once per `PROGRESS_S` (each is a journal write, and the
-    view refreshes about once a second). ``should_stop`` asks the pruner.
+    view refreshes about once a second), none at ``budget_tokens`` (the trial's last, whose
+    closing records follow at once). ``should_stop`` asks the pruner.
     """
 
-    def __init__(self, trial: optuna.Trial, *, prune: bool) -> None:
+    def __init__(self, trial: optuna.Trial, *, prune: bool,
+                 budget_tokens: int | None = None) -> None:
         self.trial, self.prune, self.n_evals = trial, prune, 0
+        self.budget_tokens = budget_tokens
         self._shown_at = -math.inf
 
     def report(self, tokens: int, metrics: dict[str, float]) -> None:
@@ -79,6 +83,8 @@ class OptunaReporter:
             return
         if self.prune:
             self.trial.report(float(value), step=self.n_evals)
+        if self.budget_tokens is not None and tokens >= self.budget_tokens:
+            return
         if time.monotonic() - self._shown_at >= PROGRESS_S:
             self.trial.set_user_attr(ATTR_PROGRESS, [int(tokens), float(value)])
             self._shown_at = time.monotonic()
@@ -132,7 +138,8 @@ def _objective(ctx: StudyContext) -> Any:
             except space.InvalidConfig as err:
                 configs = err
         # The trial's run keeps the one heartbeat of the trial, in MLflow and here.
-        outcome = evaluate(ctx, trial.number, configs, OptunaReporter(trial, prune=prune),
+        reporter = OptunaReporter(trial, prune=prune, budget_tokens=_budget_tokens(configs))
+        outcome = evaluate(ctx, trial.number, configs, reporter,
                            raw_params=dict(trial.params),
                            retry_of=trial.user_attrs.get(ATTR_RETRY_OF),
                            heartbeat=lambda: trial.set_user_attr(ATTR_HEARTBEAT, time.time()))
@@ -157,6 +164,16 @@ def _objective(ctx: StudyContext) -> Any:
         return told.value(len(spec.search.objectives))
 
     return objective
+
+
+def _budget_tokens(configs: Any) -> int | None:
+    """The tokens a trial trains in all, or None (a budget in seconds, an invalid config)."""
+    if isinstance(configs, space.InvalidConfig):
+        return None
+    try:
+        return resolve_budget(configs[1], configs[0]).total_tokens
+    except ConfigError:  # the trainer raises it again, inside the trial's run
+        return None
 
 
 def _show(trial: optuna.Trial, ctx: StudyContext, outcome: TrialOutcome) -> None:

@@ -14,7 +14,9 @@ trial still ``RUNNING`` in the storage:
   ``KILLED`` (one is recorded for a trial that never opened its run).
 
 An interrupted trial with no MLflow run (a fault while its run was being created) gets one,
-ended ``INTERRUPTED`` with its params, number and reason, so every trial number has a run.
+ended ``INTERRUPTED`` with its params, number and reason, so every trial number has a run; a
+run without params (killed while its opening records waited to be sent with its next write,
+`sweep.tracking.trial_run.EVAL_HOLD_S`) gets them from the storage.
 
 With ``search.retry_interrupted`` (the default), the interrupted trials the policy retries
 (`sweep.study.policy.to_retry`) are queued again with the same parameters
@@ -44,7 +46,13 @@ from sweep.schema import (
     TrialState,
 )
 from sweep.study.policy import Attempt, to_retry, told_from_run
-from sweep.study.resume import Reconciled, Runless, dead_owner, record_runless
+from sweep.study.resume import (
+    Reconciled,
+    Runless,
+    dead_owner,
+    record_runless,
+    resolved_params,
+)
 from sweep.study.resume import reconcile as reconcile_study
 from sweep.tracking.owner import owner_alive
 
@@ -129,6 +137,9 @@ def _reconcile_trials(ctx: Any, study: optuna.Study, done: Reconciled,
             with ctx.tracking.start_trial(t.number, dict(t.params),
                                          retry_of=t.user_attrs.get(ATTR_RETRY_OF)) as run:
                 run.end(TrialState.INTERRUPTED, fail_reason=dead_owner(owner))
+        elif not ended["params"]:  # killed while its opening records waited (EVAL_HOLD_S)
+            ctx.tracking.log_params(ended["run_id"], t.number,
+                                    resolved_params(ctx.spec, t.params))
     done.running = sorted(alive)
     return alive
 

@@ -31,7 +31,9 @@ class TuneReporter:
     Each report is ``{**metrics, "tokens": tokens, **extra}``, except the evaluation at
     ``budget_tokens`` (the end of the budget): the trainable's final report, with the trial's
     state, stands for it, so a scheduler rung there cannot turn a finished trial into a pruned
-    one. When Ray ends the trial while it
+    one. The run's held writes (`sweep.tracking.TrialRun.send_held`: what the trial opened
+    with, its evaluations) are sent before each report, where Ray may end the thread, so none
+    is lost with it, and a short trial's go with its end. When Ray ends the trial while it
     waits in ``report`` (a scheduler stopped it, or the study was interrupted), the session
     exits the thread with ``SystemExit``, or it has shut the session down by the next
     evaluation. Then nothing more is reported, and the trial's run (``run``, when given) is
@@ -61,6 +63,8 @@ class TuneReporter:
         if not session_alive():
             self._ended()
             return
+        if self.run is not None:
+            self.run.send_held()
         try:
             tune.report({**metrics, METRIC_TOKENS: int(tokens), **self.extra})
         except SystemExit:

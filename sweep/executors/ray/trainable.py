@@ -90,7 +90,8 @@ def search_trainable(ctx: StudyContext):
                 total = resolve_budget(opened.train, opened.model).total_tokens
             except ConfigError:  # the trainer raises it again, inside the trial's run
                 total = None
-            opened.run.hold_s = 0.0  # Ray may end this thread at any report
+            # Ray may end this thread at any report: the reporter sends what the run holds
+            # before each (`TuneReporter`).
             # Multi-objective searches read the cost objectives from every report.
             reporter = TuneReporter(cost_report(spec, opened.cost), budget_tokens=total,
                                     run=opened.run)

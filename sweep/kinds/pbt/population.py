@@ -129,6 +129,7 @@ def pbt_trainable(ctx: StudyContext, offset: int, population: list[dict[str, Any
                                 and population[index].get(k, v) != v})
                 run.log_mutation(trainer.tokens_seen, {**changes, "donor": meta["number"]})
         run.hold_s = 0.0  # Ray ends an incarnation at a report: no evaluation waits in it
+        run.send_held()
         try:
             _train_member(trainer, run, number, interval, replayed)
         except (SystemExit, Ended):  # Ray ended this incarnation (exploit, pause)

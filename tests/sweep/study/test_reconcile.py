@@ -159,3 +159,27 @@ def test_a_retry_still_queued_when_the_goal_is_reached_is_dropped_then_run_on_a_
     again = [t for t in study.get_trials() if t.state == OptunaState.WAITING]
     assert len(again) == 1 and again[0].user_attrs[ATTR_RETRY_OF] == dropped.number
     assert again[0].system_attrs["fixed_params"] == trials[dead.number].params
+
+
+def test_a_trial_killed_within_its_first_second_gets_its_params_in_its_run(ctx, monkeypatch):
+    from sweep import space
+    from sweep.study.trial import open_trial
+    from sweep.tracking import trial_run
+
+    monkeypatch.setattr(trial_run, "EVAL_HOLD_S", 3600.0)  # its opening records still wait
+    study = create_study(ctx)
+    dead = running_trial(study, DEAD)
+    opened = open_trial(ctx, dead.number, space.configs_from_params(ctx.spec, dead.params))
+    opened.run._stop_heartbeat()  # the process "dies": nothing of it writes again
+
+    def runs():
+        return read_trials(ctx.tracking.tracking_uri, ctx.tracking.experiment_id,
+                           ctx.tracking.parent_run_id)
+
+    assert [r["params"] for r in runs()] == [{}]
+    done = reconcile(ctx, study)
+    assert done.interrupted == [dead.number]
+    (run,) = runs()
+    assert run["state"] == TrialState.INTERRUPTED and run["run_id"] == opened.run.run_id
+    assert run["params"]["train.lr"] == pytest.approx(dead.params["train.lr"])
+    assert run["params"]["model.d_model"] == 16

@@ -1,8 +1,9 @@
 """What one trial costs the tracking store: its calls counted exactly, its records all there.
 
 A short trial's cost beside its training is the number of store transactions it makes (each a
-SQLite commit or one HTTP request): a trial opens its run, writes its configs, costs and tags in
-one ``log_batch``, its evaluations and end in another, and ends the run. The counts are taken
+SQLite commit or one HTTP request): a trial opens its run, writes its configs, costs, tags,
+evaluations and end in one ``log_batch`` (what it opens with is held as an evaluation is), and
+ends the run. The counts are taken
 on MLflow's SQL store, the layer every client call reaches.
 """
 
@@ -21,7 +22,7 @@ from mlflow.utils.validation import (
 
 from sweep import schema, space
 from sweep.spec import parse_spec
-from sweep.study.trial import StudyContext, evaluate
+from sweep.study.trial import StudyContext, evaluate, open_trial, train_trial
 from sweep.tracking import StudyTracker, trial_run
 from sweep.tracking.batch import batches
 
@@ -87,14 +88,14 @@ def _configs(ctx):
     return space.configs_from_params(ctx.spec, {"train.lr": 3e-3})
 
 
-def test_a_trial_makes_four_store_calls_and_keeps_every_record(tmp_path, new_store, counts,
-                                                                held):
+def test_a_trial_makes_three_store_calls_and_keeps_every_record(tmp_path, new_store, counts,
+                                                                 held):
     ctx = _ctx(tmp_path, new_store)
     counts.clear()
     outcome = evaluate(ctx, 0, _configs(ctx), raw_params={"train.lr": 3e-3})
     assert outcome.state is schema.TrialState.COMPLETE
     # create_run asks for the experiment itself (MLflow's own read, inside the one call).
-    assert dict(counts) == {"create_run": 1, "get_experiment": 1, "log_batch": 2,
+    assert dict(counts) == {"create_run": 1, "get_experiment": 1, "log_batch": 1,
                             "update_run_info": 1}
     run = MlflowClient(ctx.tracking.tracking_uri).get_run(outcome.run_id)
     assert run.info.status == "FINISHED"
@@ -123,11 +124,12 @@ def test_an_infeasible_trial_writes_its_records_with_its_end(tmp_path, new_store
     assert "n_params" in run.data.metrics and "model.d_model" in run.data.params
 
 
-@pytest.mark.parametrize("hold_s, batches_expected", [(3600.0, 2), (0.0, 2 + 4)])
+@pytest.mark.parametrize("hold_s, batches_expected", [(3600.0, 1), (0.0, 2 + 4)])
 def test_evaluations_are_held_only_within_the_hold_time(tmp_path, new_store, counts,
                                                         monkeypatch, hold_s, batches_expected):
     # 4 steps of 8 tokens, an evaluation every 8: 4 evaluations, each its own write when the
-    # hold time is 0 (a long trial's curve shows live), all sent with the end when it is long.
+    # hold time is 0 (a long trial's configs and curve show live, the configs first), all
+    # sent with the configs and the end when it is long.
     ctx = _ctx(tmp_path, new_store, steps=4, eval_every=8)
     monkeypatch.setattr(trial_run, "EVAL_HOLD_S", hold_s)
     counts.clear()
@@ -153,16 +155,18 @@ def test_batches_keep_mlflows_limits_and_every_write_in_order():
     assert len(calls) == 3
 
 
-def test_an_optuna_trial_appends_to_its_journal_five_times(tmp_path, new_store, counts, held,
-                                                           monkeypatch):
+@pytest.mark.parametrize("steps, eval_every, appends", [(1, None, 4), (4, 8, 5)])
+def test_an_optuna_trial_appends_to_its_journal_four_or_five_times(tmp_path, new_store, counts,
+                                                                   held, monkeypatch, steps,
+                                                                   eval_every, appends):
     from optuna.storages.journal import JournalFileBackend
 
     from sweep.executors.optuna import objective
 
-    ctx = _ctx(tmp_path, new_store)
+    ctx = _ctx(tmp_path, new_store, steps=steps, eval_every=eval_every)
     monkeypatch.setattr(objective, "PROGRESS_S", 3600.0)
     study = objective.create_study(ctx)
-    appends: list[int] = []
+    appends_per_trial, appends = appends, []
     append = JournalFileBackend.append_logs
 
     def counted(self, logs):
@@ -173,10 +177,10 @@ def test_an_optuna_trial_appends_to_its_journal_five_times(tmp_path, new_store, 
     counts.clear()
     objective.optimize(study, ctx, 3)
     # Per trial: Optuna's new trial, its owner and params in one append, its first evaluation's
-    # progress (the later ones wait PROGRESS_S), its closing records in one, Optuna's end state;
-    # each append is one fsync.
-    assert len(appends) == 3 * 5
-    assert counts["log_batch"] == 3 * 2 and counts["create_run"] == 3
+    # progress unless that is its last, at the budget's end (the later ones wait PROGRESS_S),
+    # its closing records in one, Optuna's end state; each append is one fsync.
+    assert len(appends) == 3 * appends_per_trial
+    assert counts["log_batch"] == 3 and counts["create_run"] == 3
     assert counts["update_run_info"] == 3 and not counts["search_runs"]
     for t in study.trials:
         assert t.user_attrs[schema.ATTR_STATE] == "COMPLETE"
@@ -184,6 +188,8 @@ def test_an_optuna_trial_appends_to_its_journal_five_times(tmp_path, new_store, 
                     schema.ATTR_CONSTRAINTS, "n_params", "flops_per_token"):
             assert key in t.user_attrs, key
         assert t.system_attrs  # the constraints the samplers read
+        # The first evaluation's progress, where it was not the last (8 of 32 tokens).
+        assert t.user_attrs.get(schema.ATTR_PROGRESS, [None])[0] == (8 if steps > 1 else None)
 
 
 def test_a_held_journal_writes_other_threads_at_once_and_its_own_at_the_end(tmp_path):
@@ -227,3 +233,35 @@ def test_the_summary_reads_every_curve_in_a_query_per_chunk_not_per_run(tmp_path
     for number, run_id in enumerate(runs):
         assert histories[run_id] == [(8 * (t + 1), pytest.approx(4.0 - 0.1 * t - 0.01 * number))
                                      for t in range(number + 1)]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_ray_trial_sends_what_it_holds_before_each_tune_report(tmp_path, new_store, counts,
+                                                                 monkeypatch):
+    # Ray may end the trial's thread at any report: its configs and evaluations are in the
+    # store by then; between reports they wait, so they cost one log_batch per report.
+    from sweep.executors.ray import reporting
+
+    ctx = _ctx(tmp_path, new_store, steps=4, eval_every=8)
+    client = MlflowClient(ctx.tracking.tracking_uri)
+    seen = []
+
+    def tune_report(values):
+        run_id = reporter.run.run_id
+        stored = client.get_run(run_id).data
+        history = client.get_metric_history(run_id, "val_loss")
+        seen.append((values["tokens"], "model.d_model" in stored.params,
+                     max(m.step for m in history)))
+
+    monkeypatch.setattr(reporting, "session_alive", lambda: True)
+    monkeypatch.setattr(reporting.tune, "report", tune_report)
+    monkeypatch.setattr(trial_run, "EVAL_HOLD_S", 3600.0)
+    opened = open_trial(ctx, 0, _configs(ctx))
+    reporter = reporting.TuneReporter(budget_tokens=32, run=opened.run)
+    counts.clear()
+    outcome = train_trial(ctx, opened, reporter)
+    assert outcome.state is schema.TrialState.COMPLETE
+    # Reports at 8, 16 and 24 tokens (32, the budget's end, goes with the final report).
+    assert seen == [(8, True, 8), (16, True, 16), (24, True, 24)]
+    assert counts["log_batch"] == 3 + 1 and counts["update_run_info"] == 1

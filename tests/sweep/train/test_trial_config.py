@@ -121,3 +121,35 @@ def test_budget_below_one_step_is_an_error():
         resolve_budget(TrainConfig(tokens=100, batch_size=8), model)
     with pytest.raises(ConfigError, match="flops=1 .* less than one optimizer step"):
         resolve_budget(TrainConfig(flops=1.0, batch_size=8), model)
+
+
+def test_train_compile_in_a_spec_reaches_the_trainer(tmp_path, monkeypatch):
+    import torch
+
+    from sweep import space
+    from sweep.data import load_corpus
+    from sweep.spec import parse_spec
+    from sweep.spec.reference import json_schema
+    from sweep.train import Trainer
+
+    data = "synthetic:markov?order=1&vocab=16&seed=0&tokens=20000"
+    spec = parse_spec({
+        "name": "compiled", "data": data,
+        "model": {"vocab_size": 16, "seq_len": 8, "d_model": 8, "n_heads": 1, "n_layers": 1},
+        "train": {"steps": 1, "batch_size": 1, "compile": True, "device": "cpu",
+                  "lr": {"float": [1e-3, 1e-2], "log": True}},
+        "search": {"sampler": "random", "n_trials": 1},
+    })
+    model, train = space.configs_from_params(spec, {"train.lr": 3e-3})
+    assert train.compile is True
+    # What the trainer hands torch.compile (importing TorchDynamo costs seconds here; compiled
+    # steps are measured by bench/model_step.py --compile).
+    monkeypatch.setattr(torch, "compile", lambda module: ("compiled", module))
+    trainer = Trainer(model, train, load_corpus(data, tmp_path), device="cpu")
+    assert trainer._forward == ("compiled", trainer.model)
+    eager = Trainer(model, train.replace(compile=False), load_corpus(data, tmp_path),
+                    device="cpu")
+    assert eager._forward is eager.model
+    # `sweep schema` (and docs/study-spec.schema.json) takes it as a boolean.
+    compile_field = json_schema()["properties"]["train"]["properties"]["compile"]
+    assert {"type": "boolean"} in compile_field["anyOf"] and compile_field["default"] is False
