@@ -56,7 +56,10 @@ def validate(
 
     A scaling study adds its grid, its training FLOPs and their wall time on this device and
     on ``--gpu`` at ``--mfu``, and warns (exit 0; ``warnings`` in ``--json``) of a plan that
-    cannot give its answer. Exits 2 for an invalid spec, a corpus that cannot be used
+    cannot give its answer. A ``train.lr: {from_study}`` study shows the law it takes (the
+    source, eta_opt = a C^b with the interval of b, the estimator) and the learning rates at
+    its smallest and largest budget, and warns of a budget 100x beyond the fitted ones.
+    Exits 2 for an invalid spec, a ``from_study`` source without a law, a corpus that cannot be used
     (``data.uri``), an unknown ``--gpu``, or a space in which no sampled config is valid and
     feasible.
     """
@@ -65,7 +68,9 @@ def validate(
     from sweep.spec.from_study import resolve_lr
 
     at = named_gpu(gpu, mfu)
-    spec, _ = resolve_lr(load_spec(spec_path))
+    spec = load_spec(spec_path)
+    # As sweep run would: the law a started study keeps (its default folder), else the source's.
+    spec, law_notes = resolve_lr(spec, spec.default_output_dir())
     check_study_inputs(spec, device=device)
     corpus = _inspect_corpus(spec)
     from sweep import space
@@ -79,7 +84,7 @@ def validate(
         _say(line)
     described = spec.kind.describe(spec, _say, device=device, as_json=as_json, gpu=at) \
         if n_ok else Described()
-    described.warnings[:0] = law_warnings
+    described.warnings[:0] = law_notes + law_warnings
     if as_json:
         common.console.print_json(json.dumps({"name": spec.name, "spec_hash": spec_hash(spec),
                                               "search": spec.search.model_dump(mode="json"),

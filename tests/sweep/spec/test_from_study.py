@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from sweep import space
 from sweep.cli import app
-from sweep.spec import SpecError, parse_spec
+from sweep.spec import SpecError, load_spec, parse_spec
 from sweep.spec.from_study import FromStudyError, record_law, resolve_lr, stored_law
 from sweep.train.config import resolve_budget
 from sweep_models.cost import param_count
@@ -205,3 +205,19 @@ def test_a_grid_kinds_points_train_at_eta_opt_itself(tmp_path):
         model, train = space.configs_from_params(spec, corner)
         tokens = resolve_budget(train, model).total_tokens
         assert train.lr == pytest.approx(eta(model, tokens), rel=1e-12)
+
+
+def test_a_submitted_spec_ships_with_its_law(tmp_path):
+    """The cluster does not see this machine's source study: the law travels in the file."""
+    from sweep.cluster.submission import shipped_spec
+
+    folder = source(tmp_path)
+    path = tmp_path / "later.yaml"
+    path.write_text(yaml.safe_dump(spec_data(folder)))
+    spec, _ = resolve_lr(load_spec(path))
+    with shipped_spec(path, spec) as shipped:
+        (folder / "analysis" / "hparams.json").unlink()  # gone, as on the cluster
+        there, notes = resolve_lr(load_spec(shipped / "later.yaml"))
+    assert there.train["lr"].law == spec.train["lr"].law and notes == []
+    model, train = space.configs_from_params(there, {})
+    assert train.lr == pytest.approx(eta(model, 1600), rel=1e-12)
