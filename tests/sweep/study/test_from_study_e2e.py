@@ -4,7 +4,8 @@ A tiny simulated hparams study (the ``chinchilla-lr`` law: eta_opt = 0.3118 C^-0
 noise; 2 budgets x 5 learning rates, seconds), ``sweep analyze hparams``, then a simulated
 search whose learning rate comes from that fit: every trial's logged ``train.lr`` is
 eta_opt(C) x its ``lr.factor`` and lies in [eta_opt(C) / 2, eta_opt(C) x 2] at its own
-C = 6 N D (N its ``n_params``, D its ``tokens``).
+C = 6 N D (N its ``n_params``, D its ``tokens``). Resumed after the source is analysed again,
+the study says so and its new trials keep the law it started with.
 """
 
 import json
@@ -33,7 +34,7 @@ def hparams_spec():
 
 
 @pytest.mark.slow
-def test_a_search_takes_its_lr_from_an_hparams_fit(tmp_path, new_store):
+def test_a_search_takes_its_lr_from_an_hparams_fit(tmp_path, new_store, capsys):
     new_store(tmp_path / "src")
     first = run_study(hparams_spec(), out_dir=tmp_path / "src", quiet=True)
     assert first.counts.get("COMPLETE") == 10, first.counts
@@ -64,3 +65,18 @@ def test_a_search_takes_its_lr_from_an_hparams_fit(tmp_path, new_store):
     assert len({t["metrics"]["tokens"] for t in trials}) == 2  # both budgets drawn
     stored = json.loads((tmp_path / "later" / "lr-law.json").read_text())
     assert (stored["law"]["coef"], stored["law"]["exponent"]) == (fit["coef"], fit["exponent"])
+
+    # The source analysed again (another law): the resumed study's new trials keep the old one.
+    path = tmp_path / "src" / "analysis" / "hparams.json"
+    path.write_text(json.dumps({**analysis, "fits": [{**f, "coef": 10 * f["coef"]}
+                                                    for f in analysis["fits"]]}))
+    later["search"]["n_trials"] = 8
+    again = run_study(parse_spec(later), out_dir=tmp_path / "later", quiet=True)
+    assert again.counts.get("COMPLETE") == 8, again.counts
+    assert "changed since this study started" in capsys.readouterr().err
+    trials = read_trials(uri, *find_study(uri, "later"))
+    assert len(trials) == 8
+    for t in trials:
+        c = 6.0 * t["metrics"]["n_params"] * t["metrics"]["tokens"]
+        lr, factor = float(t["params"]["train.lr"]), float(t["params"]["lr.factor"])
+        assert lr == pytest.approx(fit["coef"] * c ** fit["exponent"] * factor, rel=1e-9)
