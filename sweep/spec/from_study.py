@@ -87,7 +87,8 @@ def _sha256(path: Path) -> str:
 
 def _not_hparams(folder: Path) -> bool:
     """Whether the folder's stored specs (``spec.yaml`` artifacts) all lack an hparams section."""
-    specs = list(StudyFolder(folder).artifacts.glob("*/*/artifacts/spec.yaml"))
+    root = StudyFolder(folder).artifacts  # <run id>/artifacts/, or under an experiment's id
+    specs = [*root.glob("*/artifacts/spec.yaml"), *root.glob("*/*/artifacts/spec.yaml")]
     return bool(specs) and not any(re.search(r"^hparams:", p.read_text(errors="replace"),
                                              re.MULTILINE) for p in specs)
 

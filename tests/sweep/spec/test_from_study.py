@@ -108,7 +108,7 @@ def test_validate_warns_of_a_budget_far_beyond_the_fit(tmp_path):
 
 def _hparams_study_without_analysis(tmp_path, section="hparams: {budgets: [1, 2]}\n"):
     folder = tmp_path / "src"
-    stored = folder / "mlartifacts" / "1" / "abc" / "artifacts"
+    stored = folder / "mlartifacts" / "0a1b2c" / "artifacts"  # as MLflow lays out a run's
     stored.mkdir(parents=True)
     (folder / "mlflow.db").touch()
     (stored / "spec.yaml").write_text("name: src\n" + section)
