@@ -11,6 +11,8 @@
 - ``data/``: the prepared corpus cache; ``checkpoints/``: trial checkpoints
   (``search.checkpoint_interval``); ``branches/``: WSD trunks (``scaling.branches``);
   ``ray/``: Ray Tune's experiments; ``analysis/``: what ``sweep analyze`` writes;
+  ``lr-law.json``: the law a ``train.lr: {from_study}`` study started with
+  (`sweep.spec.from_study`);
 - ``driver.lock``: held by the one ``sweep run`` driving the study (`sweep.study.lock`).
 
 Commands that read a study take "a study name or a folder" (`find_store`): ``PATH`` itself when
@@ -48,6 +50,7 @@ LAYOUT = {
     "branches": "branches",
     "ray": "ray",
     "analysis": "analysis",
+    "lr_law": "lr-law.json",
     "driver_lock": "driver.lock",
 }
 
@@ -71,6 +74,7 @@ class StudyFolder:
     branches: Path = field(init=False, repr=False)
     ray: Path = field(init=False, repr=False)
     analysis: Path = field(init=False, repr=False)
+    lr_law: Path = field(init=False, repr=False)
     driver_lock: Path = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -89,7 +89,9 @@ def submit(
     when it failed (1 when no trial completed); 130 when Ctrl-C stops the wait (the job runs
     on).
     """
-    spec = load_study_spec(spec_path, executor, trials)
+    from sweep.spec.from_study import resolve_lr
+
+    spec, _ = resolve_lr(load_study_spec(spec_path, executor, trials))  # the law ships with it
     reason = system_folder(out, resolve=False) if out else None  # a folder on the cluster
     if reason is not None:
         bad_input(f"--out {out}: {reason}")
@@ -154,7 +156,7 @@ def _submit(client: Any, spec: Any, spec_path: Path, *, name: str | None,
         facts = probe_cluster(client, {TAG_KIND: KIND_PROBE, JOB_STUDY: spec.name})
         tracking_uri, source = results_uri(spec, facts.mlflow_tracking_uri)
         code_env, code_line = code_plan(facts)
-        with shipped_spec(spec_path) as folder:
+        with shipped_spec(spec_path, spec) as folder:
             request = job_request(spec, spec_path, folder, out=out, executor=executor,
                                   trials=trials, name=name, tracking_uri=tracking_uri,
                                   code_env=code_env, code="shipped" if code_env else "installed")

@@ -55,15 +55,21 @@ def validate(
 
     A scaling study adds its grid, its training FLOPs and their wall time on this device and
     on ``--gpu`` at ``--mfu``, and warns (exit 0; ``warnings`` in ``--json``) of a plan that
-    cannot give its answer. Exits 2 for an invalid spec, a corpus that cannot be used
+    cannot give its answer. A ``train.lr: {from_study}`` study shows the law it takes (the
+    source, eta_opt = a C^b with the interval of b, the estimator) and the learning rates at
+    its smallest and largest budget, and warns of a budget 100x beyond the fitted ones.
+    Exits 2 for an invalid spec, a ``from_study`` source without a law, a corpus that cannot be used
     (``data.uri``), an unknown ``--gpu``, or a space in which no sampled config is valid and
     feasible.
     """
     from sweep.kinds import Described
     from sweep.spec import load_spec, spec_hash
+    from sweep.spec.from_study import resolve_lr
 
     at = named_gpu(gpu, mfu)
     spec = load_spec(spec_path)
+    # As sweep run would: the law a started study keeps (its default folder), else the source's.
+    spec, law_notes = resolve_lr(spec, spec.default_output_dir())
     check_study_inputs(spec, device=device)
     corpus = _inspect_corpus(spec)
     from sweep import space
@@ -72,14 +78,19 @@ def validate(
     n_ok = summary["n_configs"] - summary["n_invalid"] - summary["n_infeasible"]
     if not as_json:
         _print_summary(spec, corpus, summary, n_ok)
+    law_lines, law_warnings, law = _lr_law(spec)
+    for line in [] if as_json else law_lines:
+        _say(line)
     described = spec.kind.describe(spec, _say, device=device, as_json=as_json, gpu=at) \
         if n_ok else Described()
+    described.warnings[:0] = law_notes + law_warnings
     if as_json:
         common.console.print_json(json.dumps({"name": spec.name, "spec_hash": spec_hash(spec),
                                               "search": spec.search.model_dump(mode="json"),
                                               "simulate": None if spec.simulate is None else
                                               spec.simulate.model_dump(mode="json"),
                                               "corpus": _corpus_record(spec, corpus),
+                                              "lr_law": law or None,
                                               **summary, **described.record,
                                               "warnings": described.warnings}))
     else:
@@ -90,6 +101,23 @@ def validate(
                   "within the constraints; the study could never train a trial")
     if described.problems:
         bad_input("; ".join(described.problems))
+
+
+def _lr_law(spec: StudySpec) -> tuple[list[str], list[str], dict[str, Any]]:
+    """`sweep.space.lr_law.describe_law` over the space's corners and 64 random configs."""
+    from sweep import space
+    from sweep.space.lr_law import describe_law
+    from sweep.spec.from_study import lr_domain
+
+    if lr_domain(spec) is None:
+        return [], [], {}
+    configs = []
+    for params in space.corner_params(spec) + space.sample_params(spec, 64):
+        try:
+            configs.append(space.configs_from_params(spec, params))
+        except space.InvalidConfig:
+            continue
+    return describe_law(spec, configs)
 
 
 def _print_summary(spec: StudySpec, corpus: Corpus | None, summary: dict[str, Any],

@@ -92,6 +92,9 @@ def run(
         bad_input(f"--rebuild-journal: a {spec.search.executor} study has no Optuna journal")
     if allow_cpu:
         spec = _on_cpu_without_gpus(spec, address)
+    from sweep.spec.from_study import resolve_lr
+
+    spec, _ = resolve_lr(spec, Path(out) if out else spec.default_output_dir())
     check_study_inputs(spec, Path(out) if out else spec.default_output_dir(), device, space=True,
                        ray_address=address, force_out=force_out)
     # Only now the heavy packages (torch, MLflow, Optuna): the input is good as far as the spec
@@ -225,6 +228,9 @@ def worker(
                   f"({spec.kind.trials_from}); sweep worker would draw points of its own. Run "
                   "it with sweep run (search.parallel for more processes)")
     out_dir = Path(out) if out else spec.default_output_dir()
+    from sweep.spec.from_study import resolve_lr
+
+    spec, _ = resolve_lr(spec, out_dir)  # the law the study started with
     check_study_inputs(spec, out_dir, device, space=True)
     from sweep.executors import optuna as optuna_executor
     from sweep.study.trial import StudyContext

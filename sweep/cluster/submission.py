@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from sweep.cluster.connection import ClusterError
 from sweep.redact import shown_uri
 from sweep.schema import (
@@ -46,6 +48,8 @@ from sweep.schema import (
     TAG_SPEC_HASH,
 )
 from sweep.spec import ChoiceDomain, StudySpec
+from sweep.spec.from_study import lr_domain
+from sweep.spec.yaml_safe import read_yaml
 
 __all__ = ["STOP_GRACE_S", "JobRequest", "check_submittable", "default_out", "job_request",
            "results_uri", "shipped_spec"]
@@ -166,15 +170,23 @@ class JobRequest:
 
 
 @contextmanager
-def shipped_spec(spec_path: Path) -> Iterator[Path]:
+def shipped_spec(spec_path: Path, spec: StudySpec | None = None) -> Iterator[Path]:
     """A fresh folder holding only the spec file, for the job's ``working_dir``; removed after.
 
     Ray uploads the folder at submission (keyed by its content hash), so the job sees the file
-    under its own name in its current folder and nothing else of this machine.
+    under its own name in its current folder and nothing else of this machine. A ``spec`` whose
+    ``train.lr`` holds a resolved ``from_study`` law (`sweep.spec.from_study.resolve_lr`) ships
+    with that law written in, as the source study's folder is on this machine.
     """
     folder = Path(tempfile.mkdtemp(prefix="sweep-submit-"))
+    domain = lr_domain(spec) if spec is not None else None
     try:
-        shutil.copyfile(spec_path, folder / spec_path.name)
+        if domain is not None and domain.law is not None:
+            data = read_yaml(spec_path.read_text())
+            data["train"]["lr"] = domain.model_dump(mode="json", exclude_none=True)
+            (folder / spec_path.name).write_text(yaml.safe_dump(data, sort_keys=False))
+        else:
+            shutil.copyfile(spec_path, folder / spec_path.name)
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)

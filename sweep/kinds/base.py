@@ -104,6 +104,8 @@ class StudyKind:
         analysis: The module of the kind's ``sweep analyze`` command (it defines ``NAME``,
             ``HELP`` and the command function ``command``), or None.
         plannable: Whether ``sweep plan`` can simulate the kind's design (`sweep.simulate`).
+        samples_lr_factor: Whether the sampler draws a ``train.lr: {from_study}`` factor
+            (`sweep.spec.from_study`); a grid kind's points train at eta_opt(C) itself.
     """
 
     name: ClassVar[str] = ""
@@ -114,6 +116,7 @@ class StudyKind:
     owned_model_fields: ClassVar[tuple[str, ...]] = ()
     analysis: ClassVar[str | None] = None
     plannable: ClassVar[bool] = False
+    samples_lr_factor: ClassVar[bool] = True
 
     # ------------------------------------------------------------------------------- spec
     def selects(self, spec: StudySpec) -> bool:

@@ -22,6 +22,7 @@ class GridKind(StudyKind):
     """
 
     search_defaults = {"pruner": "none", "scheduler": "none"}
+    samples_lr_factor = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -14,6 +14,10 @@ nats/token). Two estimators of each law, side by side:
   hyperparameter), clamped to the values trained, then the least-squares line of log vertex
   on log C.
 
+The verdict (`HparamReport.verdict`) names one estimator per law: ``vertex`` when every budget
+has a vertex inside the values trained (it interpolates between the grid's values, where the
+band's points are grid values), else ``band``.
+
 Intervals are percentile bootstraps (`sweep.scaling.bootstrap`) of both estimators refitted on
 runs resampled within each budget (``strata``), and so are the predictions at target budgets.
 A diverged run (loss +inf) is worse than any finite one and enters no fit; a NaN is refused.
@@ -92,6 +96,7 @@ class HparamReport:
         band: The band's width, as a fraction of the budget's best loss.
         targets: The budgets predictions are made at.
         notes: What to keep in mind (budgets without a vertex, a vertex at a grid's edge).
+        verdict: The estimator recommended per law fitted (module docstring).
     """
 
     fits: list[HparamLawFit]
@@ -100,6 +105,7 @@ class HparamReport:
     band: float
     targets: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    verdict: dict[str, str] = field(default_factory=dict)
 
     def fit(self, hparam: str, method: str) -> HparamLawFit | None:
         """The fit of ``hparam`` by ``method``, or None when it could not be made."""
@@ -108,6 +114,7 @@ class HparamReport:
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data (``sweep analyze hparams --json``)."""
         return {"band": self.band, "budgets": self.budgets, "notes": self.notes,
+                "verdict": self.verdict,
                 "fits": [{"hparam": f.hparam, "method": f.method, "coef": f.coef,
                           "exponent": f.exponent, "level": f.level,
                           "intervals": {k: list(v) for k, v in f.intervals.items()},
@@ -282,16 +289,8 @@ def fit_hparam_laws(flops, lr, batch_size, loss, *, band: float = DEFAULT_BAND,
     ones = np.ones(y.size)
     full = _fit_all(log_c, logs, y, budget, ones, band, axes, log_budgets)
     vertices = _vertices(logs, y, budget, ones, axes)
-    for j in axes:
-        missing = [f"{budgets[k]:.4g}" for k in range(budgets.size)
-                   if j not in vertices.get(k, {})]
-        if missing:
-            notes.append(f"{HPARAMS[j]}: no vertex at C = {', '.join(missing)} (fewer than 3 "
-                         "values trained, or the losses do not curve upwards there)")
-        for k, v in vertices.items():
-            if j in v and v[j] in (logs[budget == k, j].min(), logs[budget == k, j].max()):
-                notes.append(f"{HPARAMS[j]}: at C = {budgets[k]:.4g} the vertex is at the "
-                             "edge of the values trained; the optimum may lie beyond them")
+    found, doubtful = _vertex_notes(vertices, budgets, budget, logs, axes)
+    notes += found
     draws = _bootstrap(log_c, logs, y, budget, band, axes, log_budgets, n_bootstrap, seed)
     fits = []
     for j in axes:
@@ -313,7 +312,35 @@ def fit_hparam_laws(flops, lr, batch_size, loss, *, band: float = DEFAULT_BAND,
         raise FitError("no learning-rate law could be fitted: " + "; ".join(notes))
     near = _band_points(y, budget, ones, band) > 0
     return HparamReport(fits, [float(b) for b in budgets], near, float(band),
-                        [float(t) for t in targets], notes)
+                        [float(t) for t in targets], notes, _verdict(fits, doubtful))
+
+
+def _vertex_notes(vertices: dict[int, dict[int, float]], budgets: np.ndarray,
+                  budget: np.ndarray, logs: np.ndarray,
+                  axes: list[int]) -> tuple[list[str], set[str]]:
+    """Notes on budgets without a vertex or with one at a grid's edge, and those laws' names."""
+    notes: list[str] = []
+    doubtful: set[str] = set()
+    for j in axes:
+        missing = [f"{budgets[k]:.4g}" for k in range(budgets.size)
+                   if j not in vertices.get(k, {})]
+        if missing:
+            doubtful.add(HPARAMS[j])
+            notes.append(f"{HPARAMS[j]}: no vertex at C = {', '.join(missing)} (fewer than 3 "
+                         "values trained, or the losses do not curve upwards there)")
+        for k, v in vertices.items():
+            if j in v and v[j] in (logs[budget == k, j].min(), logs[budget == k, j].max()):
+                doubtful.add(HPARAMS[j])
+                notes.append(f"{HPARAMS[j]}: at C = {budgets[k]:.4g} the vertex is at the "
+                             "edge of the values trained; the optimum may lie beyond them")
+    return notes, doubtful
+
+
+def _verdict(fits: list[HparamLawFit], doubtful: set[str]) -> dict[str, str]:
+    """Per law fitted, ``vertex`` unless its vertices are in doubt and a band fit exists."""
+    made = {(f.hparam, f.method) for f in fits}
+    return {h: "band" if (h, "band") in made and (h in doubtful or (h, "vertex") not in made)
+            else "vertex" for h in dict.fromkeys(f.hparam for f in fits)}
 
 
 def _points(j: int, method: str, c: np.ndarray, logs: np.ndarray, y: np.ndarray,

@@ -16,13 +16,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sweep.params import choice_labels, choice_value
+from sweep.space.lr_law import suggest_factor, with_lr
 from sweep.spec import (
     ChoiceDomain,
     FloatDomain,
+    FromStudyDomain,
     IntDomain,
     SpecParam,
     StudySpec,
 )
+from sweep.spec.from_study import LR_FACTOR
 from sweep.spec.values import section_defaults
 from sweep.train.config import TrainConfig
 from sweep_models.config import ModelConfig
@@ -60,6 +63,8 @@ def _sample(trial: Any, spec: StudySpec) -> dict[str, Any]:
         if not _active(spec, p, values):
             continue
         d = p.domain
+        if isinstance(p.value, FromStudyDomain):  # its factor the sampler's axis
+            values.update(suggest_factor(trial, spec, p.value))
         if d is None:
             values[p.path] = p.value
         elif isinstance(d, FloatDomain):
@@ -74,6 +79,9 @@ def _sample(trial: Any, spec: StudySpec) -> dict[str, Any]:
 
 def build_configs(spec: StudySpec, values: Mapping[str, Any]) -> tuple[ModelConfig, TrainConfig]:
     """Configs from dotted values (``model.d_head`` and ``model.d_ff_ratio`` resolved).
+
+    A ``train.lr`` given as ``{from_study}`` becomes eta_opt(C) x ``lr.factor`` (1 when not
+    given) at the trial's budget C (`sweep.space.lr_law.with_lr`).
 
     Raises:
         InvalidConfig: The values make no valid model or train config.
@@ -98,9 +106,12 @@ def build_configs(spec: StudySpec, values: Mapping[str, Any]) -> tuple[ModelConf
         model_cfg = ModelConfig.from_dict(merged)
     except ConfigError as exc:
         raise InvalidConfig(f"model: {exc}", values) from None
+    lr = train.pop("lr", None) if isinstance(train.get("lr"), FromStudyDomain) else None
     try:
         train_cfg = TrainConfig.from_dict(train)
-    except ConfigError as exc:
+        if lr is not None:
+            train_cfg = with_lr(lr, model_cfg, train_cfg, float(values.get(LR_FACTOR, 1.0)))
+    except (ConfigError, ValueError) as exc:
         raise InvalidConfig(f"train: {exc}", values) from None
     return model_cfg, train_cfg
 
@@ -185,7 +196,8 @@ def configs_from_params(
                 value = int(value)
         values[p.path] = value
     for key, value in params.items():  # mutated keys the spec leaves at their default
-        if key.startswith(("model.", "train.")) and key not in values and key not in by_path:
+        if key.startswith(("model.", "train.")) and key not in values and key not in by_path \
+                or key == LR_FACTOR:
             values[key] = value
     return build_configs(spec, values)
 

@@ -15,7 +15,7 @@ from sweep.params import choice_labels
 from sweep.schema import METRIC_FLOPS_PER_TOKEN, METRIC_MEM_ESTIMATE, METRIC_N_PARAMS
 from sweep.space.constraints import check_constraints, memory_limit_bytes
 from sweep.space.sampling import configs_from_params, corner_params, sample_params
-from sweep.spec import ChoiceDomain, FloatDomain, IntDomain, StudySpec
+from sweep.spec import ChoiceDomain, FloatDomain, FromStudyDomain, IntDomain, StudySpec
 from sweep.train.config import resolve_budget
 from sweep_models.errors import ConfigError
 
@@ -23,11 +23,18 @@ __all__ = ["SpaceSummary", "describe_space", "grid_search_space", "summarize"]
 
 
 def describe_space(spec: StudySpec) -> list[dict[str, Any]]:
-    """One row per spec key: ``path``, ``kind`` (fixed/float/int/choice), ``domain``, ``when``."""
+    """One row per spec key: ``path``, ``kind`` (fixed, float, int, choice, from_study), ``domain``.
+
+    And ``when``.
+    """
     rows = []
     for p in spec.params():
         d = p.domain
-        if d is None:
+        if isinstance(p.value, FromStudyDomain):
+            kind = "from_study"
+            text = (f"eta_opt(C) x [1/{p.value.width:g}, {p.value.width:g}] log" if
+                    spec.kind.samples_lr_factor else "eta_opt(C)") + f" of {p.value.from_study}"
+        elif d is None:
             kind, text = "fixed", json.dumps(p.value)
         elif isinstance(d, ChoiceDomain):
             kind, text = "choice", json.dumps(d.options)

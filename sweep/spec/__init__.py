@@ -10,6 +10,7 @@ a `ModelConfig` / `TrainConfig` field (plus the derived model keys ``preset``, `
     lr: {float: [1.0e-4, 3.0e-3], log: true}      # floats, optionally step: x
     attn_pattern: {choice: [dense, local]}        # any values
     attn_sparsity: {float: [0.3, 0.9], when: {attn_pattern: [local, strided]}}
+    lr: {from_study: hparams-cpu, width: 2}       # train.lr only: sweep.spec.from_study
 
 A domain with ``when`` is only sampled while every named field (same section unless dotted,
 ``train.lr``) takes one of the listed values; otherwise the field keeps its config default.
@@ -25,7 +26,16 @@ imported one way only: ``fields`` <- ``domains`` <- ``sections`` <- ``schema`` <
 `sweep.space`; this package only says what a valid spec is.
 """
 
-from sweep.spec.domains import ChoiceDomain, Domain, FloatDomain, IntDomain, Param, SpecParam
+from sweep.spec.domains import (
+    ChoiceDomain,
+    Domain,
+    FloatDomain,
+    FromStudyDomain,
+    IntDomain,
+    LrLaw,
+    Param,
+    SpecParam,
+)
 from sweep.spec.fields import DERIVED_MODEL_KEYS, OBJECTIVES, PBT_MUTABLE, SHAPE_FIELDS
 from sweep.spec.loader import SpecError, load_spec, parse_spec, spec_hash
 from sweep.spec.schema import (
@@ -48,7 +58,9 @@ __all__ = [
     "DataSpec",
     "Domain",
     "FloatDomain",
+    "FromStudyDomain",
     "IntDomain",
+    "LrLaw",
     "Param",
     "ResourcesSpec",
     "SearchSpec",

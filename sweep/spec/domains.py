@@ -1,7 +1,8 @@
 """Search domains of a spec's ``model`` and ``train`` keys.
 
 ``{float: ...}``, ``{int: ...}``, ``{choice: ...}`` or a fixed value, and `SpecParam`, one key with
-its domain.
+its domain. ``train.lr`` may also be ``{from_study: ..., width: ...}`` (`FromStudyDomain`: a
+learning rate from an hparams study's fit, `sweep.spec.from_study`).
 
 A domain with ``when`` is only sampled while every named field takes one of the listed values.
 """
@@ -12,7 +13,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -134,11 +135,79 @@ class ChoiceDomain(_Domain):
         return value
 
 
+#: Keys of a searched range that ``from_study`` replaces (its range is the law's).
+_RANGE_KEYS = ("float", "int", "choice", "low", "high", "log", "step")
+
+
+class LrLaw(BaseModel):
+    """eta_opt(C) = ``coef`` C^``exponent`` as an hparams study's analysis fitted it.
+
+    Set by `sweep.spec.from_study.resolve_lr` (read from the source's ``analysis/hparams.json``
+    or from the study's stored law), never by hand; kept in the spec copy the study stores.
+
+    Attributes:
+        coef: a, a learning rate at C = 1 FLOP.
+        exponent: b, unitless.
+        estimator: ``band`` or ``vertex`` (`sweep.scaling.hparam_laws`).
+        exponent_interval: Its bootstrap interval of b, or None without one.
+        budgets: The smallest and largest budget C (FLOPs) the fit saw.
+        source: The analysis file read, an absolute path.
+        sha256: That file's SHA-256 when it was read.
+        study: The source study's name, as its analysis names it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+    coef: float = Field(gt=0, allow_inf_nan=False)
+    exponent: float = Field(allow_inf_nan=False)
+    estimator: Literal["band", "vertex"]
+    exponent_interval: tuple[float, float] | None = None
+    budgets: tuple[float, float]
+    source: str
+    sha256: str
+    study: str = ""
+
+    def lr_opt(self, flops: float) -> float:
+        """eta_opt at budget ``flops`` (C, FLOPs): ``coef * flops ** exponent``."""
+        return self.coef * flops ** self.exponent
+
+
+class FromStudyDomain(BaseModel):
+    """``train.lr``: eta_opt(C) of an hparams study's fit x a factor in [1/width, width].
+
+    ``{from_study: NAME_OR_FOLDER, width: 2, estimator: band|vertex}``. Each trial's learning
+    rate is eta_opt(C) x factor: eta_opt(C) = a C^b, the fit of the
+    hparams study ``from_study`` (``runs/NAME`` or a folder; its ``analysis/hparams.json``
+    from ``sweep analyze hparams``), at the trial's budget C = 6 N D; the factor log-uniform
+    in [1/width, width] as the sampler draws it (``lr.factor``; 1 for a scaling study's
+    points). ``estimator`` defaults to the analysis's verdict; ``law`` is written by ``sweep
+    run`` (the law the study started with, kept for its resume). Not with ``float``, ``low``
+    or ``high``: `sweep.spec.from_study`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+    from_study: str = Field(min_length=1)
+    width: float = Field(default=2.0, gt=1, allow_inf_nan=False)
+    estimator: Literal["band", "vertex"] | None = None
+    law: LrLaw | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_range(cls, value: Any) -> Any:
+        given = [k for k in _RANGE_KEYS if isinstance(value, dict) and k in value]
+        if given:
+            raise ValueError(f"from_study takes the range from the study's fit (eta_opt(C) / "
+                             f"width to eta_opt(C) x width); remove {', '.join(given)}")
+        return value
+
 Domain = FloatDomain | IntDomain | ChoiceDomain
 
 
 def _param_kind(value: Any) -> str:
     if isinstance(value, dict):
+        if "from_study" in value:
+            return "<from_study>"
         kinds = [k for k in ("float", "int", "choice") if k in value]
         if len(kinds) == 1:
             return f"<{kinds[0]}>"
@@ -150,12 +219,13 @@ Param = Annotated[
     Annotated[FloatDomain, Tag("<float>")]
     | Annotated[IntDomain, Tag("<int>")]
     | Annotated[ChoiceDomain, Tag("<choice>")]
+    | Annotated[FromStudyDomain, Tag("<from_study>")]
     | Annotated[Any, Tag("<fixed>")],
     Discriminator(
         _param_kind,
         custom_error_type="param",
         custom_error_message="expected a fixed value or exactly one of {float: [lo, hi]}, "
-        "{int: [lo, hi]}, {choice: [...]}",
+        "{int: [lo, hi]}, {choice: [...]} (train.lr also {from_study: ...})",
     ),
 ]
 

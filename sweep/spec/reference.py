@@ -24,6 +24,7 @@ from typing import Any, Literal, cast, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sweep.spec.domains import FromStudyDomain
 from sweep.spec.fields import DATA_SCHEMES, DERIVED_MODEL_KEYS, FIELD_RULES, Rule, show_number
 from sweep.spec.schema import SearchSpec, StudySpec
 from sweep.spec.sections import section_models
@@ -119,10 +120,12 @@ def _config_section_schema(section: str) -> dict[str, Any]:
     properties = {}
     for name, annotation, default, doc in _config_fields(section):
         fixed = _fixed_schema(annotation, FIELD_RULES.get(f"{section}.{name}"))
+        domains = _DOMAINS + (("FromStudyDomain",) if f"{section}.{name}" == "train.lr" else ())
         prop: dict[str, Any] = {
-            "anyOf": [fixed, *({"$ref": f"#/$defs/{d}"} for d in _DOMAINS)],
+            "anyOf": [fixed, *({"$ref": f"#/$defs/{d}"} for d in domains)],
             "description": doc + " A fixed value or a domain ({float: [lo, hi]}, "
-                                 "{int: [lo, hi]}, {choice: [...]}).",
+                                 "{int: [lo, hi]}, {choice: [...]}"
+                          + (", {from_study: STUDY}" if len(domains) > 3 else "") + ").",
         }
         if default is not dataclasses.MISSING and default is not None:
             prop["default"] = list(default) if isinstance(default, tuple) else default
@@ -322,4 +325,6 @@ def reference_markdown() -> str:
                 out += [f"## `{section}`", "",
                         _config_section_schema(section)["description"], "",
                         *_config_table(section), ""]
+            out += ["## `train.lr: {from_study: ...}`", "", _doc(FromStudyDomain), "",
+                    *_section_table(FromStudyDomain), ""]
     return "\n".join(out).rstrip() + "\n"

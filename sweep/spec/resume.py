@@ -19,7 +19,6 @@ from sweep.spec.domains import ChoiceDomain, Domain, FloatDomain, IntDomain, Par
 __all__ = ["ResumeError", "check_resume_compatible"]
 
 _PARAM = TypeAdapter(Param)
-_KIND = {FloatDomain: "float", IntDomain: "int", ChoiceDomain: "choice"}
 
 
 class ResumeError(InputError, ValueError):
@@ -35,7 +34,7 @@ def _typed(value: Any) -> Domain | None:
         parsed = _PARAM.validate_python(value)
     except ValidationError:
         return None
-    return parsed if type(parsed) in _KIND else None
+    return parsed if isinstance(parsed, (FloatDomain, IntDomain, ChoiceDomain)) else None
 
 
 def _step(domain: FloatDomain | IntDomain) -> str:

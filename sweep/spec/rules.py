@@ -5,7 +5,8 @@ never rests on a field that is itself wrong):
 
 1. every ``model``/``train`` key is a known field (or a derived one), every fixed value or
    domain has that field's type, and every fixed value, choice and range bound lies inside the
-   field's rule (`sweep.spec.values`, checked exactly, not by sampling);
+   field's rule (`sweep.spec.values`, checked exactly, not by sampling); a ``from_study``
+   learning rate follows `sweep.spec.from_study`'s rules;
 2. every ``when`` names a fixed or choice field that can take the listed values, without cycles;
 3. the search is coherent (sampler, pruner, scheduler, objectives, storage), the shapes can
    build (`sweep.spec.shape_rules`), and the study kind's own rules hold
@@ -22,6 +23,7 @@ from typing import Any
 from sweep.schema import METRIC_VAL_LOSS
 from sweep.spec.domains import ChoiceDomain, FloatDomain, IntDomain
 from sweep.spec.fields import RDB_SCHEMES
+from sweep.spec.from_study import FromStudyDomain, from_study_problems
 from sweep.spec.schema import StudySpec, ordered, resolve_ref
 from sweep.spec.shape_rules import shape_problems
 from sweep.spec.values import (
@@ -75,8 +77,11 @@ def _check_fields(spec: StudySpec) -> Iterator[str]:
             if name not in known:
                 yield unknown_key(path, name, known)
                 continue
+            if isinstance(param, FromStudyDomain):  # its rules below; its range the law's
+                continue
             found = list(check_value(path, name, known[name], param))
             yield from found or check_rule(path, param)
+    yield from from_study_problems(spec)
     model = spec.model
     if "preset" in model:
         if not isinstance(model["preset"], str):

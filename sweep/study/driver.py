@@ -30,6 +30,7 @@ from sweep.schema import METRIC_BEST_VAL_LOSS, TAG_SIMULATED
 from sweep.simulate.source import simulated_tag
 from sweep.space import SpaceSummary
 from sweep.spec import StudySpec, spec_hash
+from sweep.spec.from_study import record_law, resolve_lr
 from sweep.study.eta import Eta, spec_cost
 from sweep.study.lock import driver_lock
 from sweep.study.preflight import PreflightError, preflight
@@ -122,6 +123,8 @@ def run_study(
     Raises:
         PreflightError: The study could never train a trial (see `preflight`), or Ray
             refused the connection.
+        sweep.spec.from_study.FromStudyError: ``train.lr: {from_study}`` names no usable law,
+            or not the one the study started with.
         sweep.tracking.ResumeError: The stored study cannot continue under this spec.
         sweep.data.DataError: The corpus cannot be prepared.
         sweep.study.lock.DriverRunningError: Another live ``sweep run`` drives the study
@@ -134,6 +137,7 @@ def run_study(
     # The outermost folder this run creates (runs/ itself on a first study), removed again
     # when the study is refused before it starts.
     created = next((p for p in reversed([out, *out.parents]) if not p.exists()), None)
+    spec, law_notes = resolve_lr(spec, out)  # a resume keeps the law it started with
     corpus, space_summary = preflight(spec, out, device=device, ray_address=ray_address)
     prepared = spec.kind.prepare(spec, corpus_train_tokens=len(corpus.train), device=device)
     if prepared.problems:
@@ -142,6 +146,9 @@ def run_study(
         raise PreflightError("; ".join(prepared.problems))
     with contextlib.ExitStack() as stack:
         stack.enter_context(driver_lock(out, spec.name))
+        record_law(spec, out)
+        for note in law_notes:
+            _printer(None)(f"note: {note}")
         if spec.search.executor == "ray":
             try:
                 stack.enter_context(_ray_connection(ray_address))

@@ -2,8 +2,10 @@
 
 eta_opt(C) = a C^b and B_opt(C) = a C^b of an hparams study by both estimators of
 `sweep.scaling.hparam_laws` (DeepSeek LLM's near-optimal band, per-budget parabola vertices),
-with bootstrap intervals and predictions at ``--target`` budgets; ``hparams.png``
-(`sweep.scaling.hparam_plot`) written and logged with the JSON to the study's parent run.
+with bootstrap intervals, predictions at ``--target`` budgets and the verdict (one estimator
+per law); ``hparams.png`` (`sweep.scaling.hparam_plot`) and the report as ``hparams.json``
+written to ``--out`` (default ``<study dir>/analysis``, where ``train.lr: {from_study}`` reads
+it: `sweep.spec.from_study`) and logged to the study's parent run.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from sweep.cli.analysis import (
     read_analysed_study,
     study_spec,
 )
-from sweep.cli.common import bad_input
+from sweep.cli.common import as_bad_input, bad_input
 from sweep.schema import HPARAMS_ANALYSIS_ARTIFACT, HPARAMS_PLOTS_ARTIFACT_DIR
+from sweep.spec.from_study import ANALYSIS_FILE
 
 __all__ = ["HELP", "NAME", "command", "print_hparam_report"]
 
@@ -33,9 +36,11 @@ HELP = (
     "sec. 3.1), a power law through each budget's runs within the band of its best loss "
     "(hparams.band, 0.25% by default; --band), and a power law through each budget's parabola "
     "vertex in log lr and log batch. Prints both with bootstrap intervals and their "
-    "predictions at --target budgets. Writes hparams.png (per budget the runs in lr x batch, "
-    "the near-optimal band marked; the fitted lines) to --out and logs it with the JSON to "
-    "the study's parent run. Exits 2 for bad input."
+    "predictions at --target budgets, and the verdict: the vertices when each budget has one "
+    "inside the grid, else the band. Writes hparams.png (per budget the runs in lr x batch, "
+    "the near-optimal band marked; the fitted lines) and hparams.json (what train.lr: "
+    "{from_study: STUDY} reads) to --out and logs both to the study's parent run. Exits 2 "
+    "for bad input."
 )
 
 
@@ -71,6 +76,11 @@ def print_hparam_report(report: Any, out: Any) -> None:
                 "clearly (its interval holds 0)"
             out.print(f"eta_opt by {fit.method}: {trend} with C (b = {fit.exponent:+.3f} "
                       f"[{lo:+.3f}, {hi:+.3f}])", highlight=False, markup=False)
+    for hparam, method in report.verdict.items():
+        out.print(f"verdict: {'eta_opt' if hparam == 'lr' else 'B_opt'} by {method}"
+                  + (" (a vertex inside the grid at every budget)" if method == "vertex" else
+                     " (DeepSeek's band; the vertices are missing or at a grid's edge)"),
+                  highlight=False, markup=False)
     for note in report.notes:
         out.print(f"note: {note}", highlight=False, markup=False)
 
@@ -119,9 +129,13 @@ def command(
     points.attrs.update(attrs)
     path = draw_figure(out, points, study, "hparams.png",
                        lambda p: hparam_figure(points, report, p))
-    data = report.to_dict()
-    done = [f"wrote {path}", *log_analysis(attrs, data, path, HPARAMS_ANALYSIS_ARTIFACT,
-                                                    HPARAMS_PLOTS_ARTIFACT_DIR)]
+    data = {"kind": "hparams", "study": attrs["study"], **report.to_dict()}
+    written = path.parent / ANALYSIS_FILE  # what train.lr: {from_study} reads
+    with as_bad_input(f"--out {path.parent}", OSError):
+        written.write_text(json.dumps(data, indent=1))
+    done = [f"wrote {path} and {written}",
+            *log_analysis(attrs, data, path, HPARAMS_ANALYSIS_ARTIFACT,
+                          HPARAMS_PLOTS_ARTIFACT_DIR)]
     if as_json:
         print(json.dumps(data))
     else:

@@ -26,7 +26,8 @@ def mutation_domains(spec: StudySpec) -> dict[str, Domain]:
     if pbt is None:
         raise ValueError("the spec has no search.pbt section")
     return {name if "." in name else f"{PBT_MUTABLE[name]}.{name}": domain
-            for name, domain in pbt.hyperparam_mutations.items()}
+            for name, domain in pbt.hyperparam_mutations.items()
+            if isinstance(domain, (FloatDomain, IntDomain, ChoiceDomain))}  # the rules' check
 
 
 class IntResample:

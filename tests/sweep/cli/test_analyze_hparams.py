@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 from sweep import schema as S
 from sweep.cli import app
 from sweep.simulate.law import LAWS
+from sweep.spec import FromStudyDomain
+from sweep.spec.from_study import read_law
 from sweep.tracking import StudyTracker
 
 LAW = LAWS["chinchilla-lr"]
@@ -61,6 +63,11 @@ def test_the_laws_of_a_recorded_study_and_its_artifacts(tmp_path, new_store):
     (pred,) = lr["predictions"]
     assert pred["value"] == pytest.approx(LAW.lr.optimum(1e21), rel=1e-5)
     assert (tmp_path / "analysis" / "hparams.png").stat().st_size > 0
+    written = json.loads((tmp_path / "analysis" / "hparams.json").read_text())
+    assert written == {"kind": "hparams", "study": "hp", **json.loads(res.stdout)}
+    assert written["verdict"] == {"lr": "vertex", "batch_size": "vertex"}  # inside the grids
+    law = read_law(FromStudyDomain(from_study=str(tmp_path)))  # what a later study takes
+    assert (law.coef, law.exponent, law.estimator) == (lr["coef"], lr["exponent"], "vertex")
     client = MlflowClient(tracker.context.tracking_uri)
     logged = {a.path for a in client.list_artifacts(tracker.parent_run_id, "hparams_analysis")}
     assert {S.HPARAMS_ANALYSIS_ARTIFACT, S.HPARAMS_PLOTS_ARTIFACT_DIR} <= logged

@@ -39,6 +39,8 @@ def _bad_specs(tmp_path):
         "vocab": {**GOOD, "model": {**GOOD["model"], "vocab_size": 8}},
         "no-server": {**GOOD, "tracking": {"uri": f"http://127.0.0.1:{free_port()}"}},
         "device": {**GOOD, "train": {**GOOD["train"], "device": "mps"}},
+        "from-study": {**GOOD, "train": {**GOOD["train"],
+                                         "lr": {"from_study": "/nonexistent/hparams"}}},
     }
     paths = {}
     for case, data in cases.items():

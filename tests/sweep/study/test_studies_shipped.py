@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from sweep import space
 from sweep.cli import app
 from sweep.kinds.pbt.mutations import pbt_mutations
-from sweep.spec import load_spec
+from sweep.spec import LrLaw, load_spec
+from sweep.spec.from_study import lr_domain
 
 STUDIES = sorted((Path(__file__).resolve().parents[3] / "studies").glob("*.yaml"))
 runner = CliRunner()
@@ -28,9 +29,25 @@ def test_study_loads_and_every_sample_is_valid(path):
     header = path.read_text().splitlines()[:6]
     assert any(f"sweep run studies/{path.name}" in line for line in header)
     assert any(re.search(r"CPU.*GPU", line) for line in header)
-    summary = space.summarize(spec, n_samples=64, device="cpu")
+    summary = space.summarize(_with_stand_in_law(spec), n_samples=64, device="cpu")
     assert summary.n_invalid == 0, summary.invalid_examples
     assert summary.n_infeasible == 0, summary.infeasible_examples
+
+
+def _with_stand_in_law(spec):
+    """A study whose lr comes from another's fit (``train.lr: {from_study}``) priced under
+    DeepSeek LLM's published law (the lr sets no cost). Its source must be a shipped hparams
+    study, named so that its default folder (``runs/<name>``) is where the law is read."""
+    domain = lr_domain(spec)
+    if domain is None:
+        return spec
+    assert domain.from_study in {p.stem for p in STUDIES}
+    assert load_spec(STUDIES[[p.stem for p in STUDIES].index(domain.from_study)]).kind.name \
+        == "hparams"
+    law = LrLaw(coef=0.3118, exponent=-0.125, estimator="band", budgets=(1e17, 3e20),
+                source="DeepSeek LLM, Bi et al. 2024, sec. 3.1", sha256="")
+    train = {**spec.train, "lr": domain.model_copy(update={"law": law})}
+    return spec.model_copy(update={"train": train})
 
 
 def test_study_algorithms():
