@@ -116,6 +116,8 @@ def run_adaptive(job: KindRun, corpus_train_tokens: int | None) -> tuple[Any, li
         spent += round_cost(lay)
         replicate = sum(1 for earlier in layouts if earlier.budget_flops == lay.budget_flops)
         layouts.append(lay)
+        if job.view is not None:  # the progress total grows round by round
+            job.view.n_trials = max(job.view.n_trials, sum(len(x.points) for x in layouts))
         if say is not None:
             say(f"round {len(layouts)}: {why}")
             say_layout(lay, say, [])
