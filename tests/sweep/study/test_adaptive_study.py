@@ -198,10 +198,11 @@ def test_a_replicate_trains_with_the_next_seeds_and_is_labelled_apart():
         configs_from_params(spec, {**point, ADAPTIVE_SHAPE: "d9-L1-h1-ff9"})
     with pytest.raises(Exception, match="off"):
         configs_from_params(spec, {**point, ADAPTIVE_BUDGET: 1e3})
-    assert ADAPTIVE_REPLICATE in point
+    with pytest.raises(Exception, match="missing"):
+        configs_from_params(spec, {k: v for k, v in point.items() if k != ADAPTIVE_REPLICATE})
 
 
-def test_the_defaults_are_the_plans():
+def test_the_defaults_aim_at_100x_the_largest_budget_with_the_fixed_grids_compute():
     spec = parse_spec({**adaptive_spec().to_data(), "scaling": {
         **adaptive_spec().to_data()["scaling"], "adaptive": {}}})
     settings = settings_of(spec)
