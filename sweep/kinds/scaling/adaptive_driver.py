@@ -10,8 +10,9 @@ replicate of a point trains with the next seed).
 
 Resume: the rounds are derived from the finished trials alone. Each round's fit reads the
 points in the order they were laid out, and its bootstrap is seeded from ``search.seed`` and
-the round's number (`round_seed`), so a resumed study places the same rounds, skips the points
-whose trials ended and trains the rest (`sweep.kinds.common.run_points`).
+the number of budgets laid out (`round_seed`), so a resumed study places the same rounds,
+skips the points whose trials ended and trains the rest (`sweep.kinds.common.run_points`). The
+first round lays out two budgets; the rounds after it one each.
 
 Records: tag ``sweep.adaptive.why`` on each trial run (its round, budget, centre and why);
 tag ``sweep.adaptive.stop`` (why the study stopped) and metric ``adaptive_spent_flops`` (the
@@ -54,9 +55,9 @@ __all__ = ["first_layouts", "round_seed", "run_adaptive"]
 MIN_FIT_POINTS = 6
 
 
-def round_seed(spec: StudySpec, n_round: int) -> int:
-    """The bootstrap seed of the refit after round ``n_round`` (1-based): from the study's."""
-    return spec.search.seed * 1000 + n_round
+def round_seed(spec: StudySpec, n_layout: int) -> int:
+    """The bootstrap seed of the refit after the ``n_layout``-th budget laid out (1-based)."""
+    return spec.search.seed * 1000 + n_layout
 
 
 def first_layouts(spec: StudySpec, *, corpus_train_tokens: int | None = None,
@@ -118,14 +119,15 @@ def run_adaptive(job: KindRun, corpus_train_tokens: int | None) -> tuple[Any, li
         layouts.append(lay)
         if job.view is not None:  # the progress total grows round by round
             job.view.n_trials = max(job.view.n_trials, sum(len(x.points) for x in layouts))
+        n_round = max(1, len(layouts) - 1)  # the first round lays out two budgets
         if say is not None:
-            say(f"round {len(layouts)}: {why}")
+            say(f"round {n_round}: {why}")
             say_layout(lay, say, [])
         points = [adaptive_point(budget, p.candidate.shape, replicate) for p in lay.points]
         ran = run_points(job, points, held)
         if ran is not None:
             study, held = ran, ctx.tracking.read_trials()
-        at = _record_round(job, held, lay, points, f"round {len(layouts)}: C={budget:.4g}, "
+        at = _record_round(job, held, lay, points, f"round {n_round}: C={budget:.4g}, "
                            f"N*={lay.centre_n_params:.4g}: {why}")
         rows += [(budget, n, d, y) for n, d, y in at]
         optimum = grid.curve_optimum([n for n, _, _ in at], [y for _, _, y in at])
@@ -172,4 +174,5 @@ def _record_study(job: KindRun, layouts: list[grid.BudgetLayout], stop: str,
     tracking.log_parent_metrics({METRIC_ADAPTIVE_SPENT_FLOPS: spent})
     tracking.log_parent_text(grid_csv(layouts), SCALING_GRID_ARTIFACT)
     if job.say is not None:
-        job.say(f"stopped: {stop}; {len(layouts)} rounds, {spent:.3g} training FLOPs")
+        job.say(f"stopped: {stop}; {max(1, len(layouts) - 1)} rounds ({len(layouts)} budgets "
+                f"laid out), {spent:.3g} training FLOPs")
