@@ -37,7 +37,8 @@ from typing import Any
 __all__ = [
     "ATTR_BEST_VAL_LOSS", "ATTR_CONSTRAINTS", "ATTR_HEARTBEAT", "ATTR_MLFLOW_RUN",
     "ATTR_OWNER", "ATTR_PROGRESS", "ATTR_REASON", "ATTR_RETRY_OF", "ATTR_RUN_ID", "ATTR_STATE",
-    "BEST_CONFIG_ARTIFACT", "CONFIG_KEYS", "CONFIG_MEMBER", "CONFIG_RETRY_OF",
+    "BEST_CONFIG_ARTIFACT", "METRIC_ADAPTIVE_SPENT_FLOPS", "TAG_ADAPTIVE_STOP",
+    "TAG_ADAPTIVE_WHY", "CONFIG_KEYS", "CONFIG_MEMBER", "CONFIG_RETRY_OF",
     "CONFIG_TRIAL_NUMBER", "COST_METRICS", "EVAL_METRICS", "FAIL_REASON_ARTIFACT",
     "HPARAMS_ANALYSIS_ARTIFACT", "HPARAMS_PLOTS_ARTIFACT_DIR", "JOB_CODE",
     "JOB_EXPERIMENT", "JOB_OUT", "JOB_SPEC", "JOB_STUDY", "JOB_TRACKING_URI",
@@ -187,6 +188,11 @@ TAG_SAVED_TO = "sweep.saved_to"
 #: On a simulated study's parent run and each trial run: the law its losses were drawn from
 #: (`sweep.simulate`), so a simulated study is never taken for a measured one.
 TAG_SIMULATED = "sweep.simulated"
+#: An adaptive scaling study (``scaling.adaptive``): on each trial run, why its point was
+#: chosen; on the parent run, why the study stopped and the training FLOPs its rounds spent.
+TAG_ADAPTIVE_WHY = "sweep.adaptive.why"
+TAG_ADAPTIVE_STOP = "sweep.adaptive.stop"
+METRIC_ADAPTIVE_SPENT_FLOPS = "adaptive_spent_flops"
 #: The experiment and run name of a ``sweep train`` that retrains no study's trial.
 TRAIN_EXPERIMENT = "sweep-train"
 TRAIN_RUN_NAME = "train"

@@ -92,7 +92,8 @@ def plan_cmd(
                               "(0, 1]."),
     design: str = typer.Option("fixed", "--design", help="fixed: the spec's grid; adaptive: "
                                "rounds placed by the fits (sweep.simulate.adaptive) with the "
-                               "fixed grid's FLOPs as allowance, for the largest target."),
+                               "spec's scaling.adaptive settings, else the fixed grid's FLOPs "
+                               "as allowance, for the largest target."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Simulate a scaling study's design many times and report what its fits can tell.
@@ -124,10 +125,11 @@ def plan_cmd(
     from sweep.simulate.plan import plan_targets, run_plan
 
     chosen = chosen or _study_law(str(study))
-    targets = plan_targets(spec, target)
+    settings = _spec_settings(spec, target) if design != "fixed" else None
+    targets = plan_targets(spec, settings.target_flops if settings is not None else target)
     plan = run_plan(spec, chosen, repeats=repeats, noise=noise, seed=seed, targets=targets,
-                    simulate=_adaptive(spec, chosen, noise, targets[-1]) if design != "fixed"
-                    else None)
+                    simulate=_adaptive(spec, chosen, noise, targets[-1], settings)
+                    if design != "fixed" else None)
     timed = {"gpu": at.name, METRIC_MFU: at.mfu, "gpu_seconds": at.seconds(plan.design_flops)}
     if as_json:
         typer.echo(json.dumps({**plan.as_json(), "design": design, **timed}))
@@ -142,15 +144,34 @@ def _num(value: float, fmt: str = ".4g") -> str:
     return "-" if not math.isfinite(value) else format(value, fmt)
 
 
-def _adaptive(spec: StudySpec, law: SimulatedLaw, noise: float, target: float) -> Any:
-    """One simulated adaptive study, its allowance the fixed grid's FLOPs (noise-free)."""
+def _spec_settings(spec: StudySpec, target: float | None) -> Any:
+    """The spec's ``scaling.adaptive`` settings (``--target`` over its target), or None."""
+    from sweep.kinds.scaling.rules import scaling_section
+
+    if scaling_section(spec).adaptive is None:
+        return None
+    import dataclasses
+
+    from sweep.kinds.scaling.adaptive import settings_of
+
+    settings = settings_of(spec)
+    return settings if target is None else dataclasses.replace(settings, target_flops=target)
+
+
+def _adaptive(spec: StudySpec, law: SimulatedLaw, noise: float, target: float,
+              settings: Any) -> Any:
+    """One simulated adaptive study with ``settings`` (the spec's ``scaling.adaptive``).
+
+    Without them: the defaults, with the fixed grid's FLOPs (noise-free) as allowance.
+    """
     import random
 
     from sweep.simulate.adaptive import AdaptiveSettings, simulate_adaptive
     from sweep.simulate.design import Design, simulate_grid
 
-    allowance = simulate_grid(Design.of(spec, law, 0.0), random.Random(0)).total_flops
-    settings = AdaptiveSettings(target_flops=target, allowance_flops=allowance)
+    if settings is None:
+        allowance = simulate_grid(Design.of(spec, law, 0.0), random.Random(0)).total_flops
+        settings = AdaptiveSettings(target_flops=target, allowance_flops=allowance)
     return lambda d, rng: simulate_adaptive(d, rng, settings)
 
 

@@ -65,8 +65,8 @@ def _sample(trial: Any, spec: StudySpec) -> dict[str, Any]:
         d = p.domain
         if isinstance(p.value, FromStudyDomain):  # its factor the sampler's axis
             values.update(suggest_factor(trial, spec, p.value))
-        if d is None:
-            values[p.path] = p.value
+        if d is None:  # a value the kind's axes set wins, as in `configs_from_params`
+            values.setdefault(p.path, p.value)
         elif isinstance(d, FloatDomain):
             values[p.path] = trial.suggest_float(p.path, *d.bounds, log=d.log, step=d.step)
         elif isinstance(d, IntDomain):

@@ -271,7 +271,10 @@ def _cell(text: str) -> str:
 
 
 def _section_table(model: type[BaseModel]) -> list[str]:
-    rows = ["| field | type | default | rule |", "|---|---|---|---|"]
+    """A section's fields; a column of what each is when the model describes its fields."""
+    said = any(info.description for info in model.model_fields.values())
+    rows = ["| field | type | default | rule |" + (" what it is |" if said else ""),
+            "|---|---|---|---|" + ("---|" if said else "")]
     for name, info in model.model_fields.items():
         if info.is_required():
             default = "required"
@@ -282,7 +285,8 @@ def _section_table(model: type[BaseModel]) -> list[str]:
         kind = "corpus URI, or section" if issubclass(model, StudySpec) and name == "data" else \
             _type_text(info.annotation)
         rows.append(f"| `{info.alias or name}` | {_cell(kind)} | "
-                    f"{_cell(default)} | {_cell(_constraint_text(info))} |")
+                    f"{_cell(default)} | {_cell(_constraint_text(info))} |"
+                    + (f" {_cell(info.description or '')} |" if said else ""))
     return rows
 
 

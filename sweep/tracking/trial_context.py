@@ -150,6 +150,19 @@ class TrialContext:
         for key, value in tags.items():
             client.set_tag(self.parent_run_id, key, str(value)[:MAX_TAG_VAL_LENGTH])
 
+    def log_parent_metrics(self, metrics: Mapping[str, float]) -> None:
+        """Log ``metrics`` (step 0) on the study's parent run."""
+        client = MlflowClient(self.tracking_uri)
+        for key, value in metrics.items():
+            client.log_metric(self.parent_run_id, key, float(value))
+
+    def set_trial_tags(self, tags: Mapping[str, Mapping[str, str]]) -> None:
+        """Set tags on trial runs, ``{run_id: {key: value}}`` (values cut to the tag limit)."""
+        client = MlflowClient(self.tracking_uri)
+        for run_id, run_tags in tags.items():
+            for key, value in run_tags.items():
+                client.set_tag(run_id, key, str(value)[:MAX_TAG_VAL_LENGTH])
+
     def log_parent_text(self, text: str, artifact: str) -> None:
         """Save ``text`` as artifact ``artifact`` of the study's parent run."""
         MlflowClient(self.tracking_uri).log_text(self.parent_run_id, text, artifact)

@@ -50,17 +50,37 @@ class ScalingKind(GridKind):
         return "flops", ChoiceDomain(choice=list(scaling_section(spec).budgets))
 
     def trial_count(self, spec: StudySpec) -> str:
-        return "grid"
+        return "adaptive" if scaling_section(spec).adaptive is not None else "grid"
 
     def sample(self, trial: Any, spec: StudySpec) -> dict[str, Any]:
-        from sweep.kinds.scaling.shapes import SCALING_POINT, all_labels, point_values
+        from sweep.kinds.scaling import shapes as sh
 
-        return point_values(spec, trial.suggest_categorical(SCALING_POINT, all_labels(spec)))
+        if scaling_section(spec).adaptive is not None:
+            return sh.adaptive_values(spec, {
+                sh.ADAPTIVE_BUDGET: trial.suggest_float(sh.ADAPTIVE_BUDGET,
+                                                        *sh.budget_bounds(spec), log=True),
+                sh.ADAPTIVE_SHAPE: trial.suggest_categorical(
+                    sh.ADAPTIVE_SHAPE, [s.label for s in sh.shapes(spec)]),
+                sh.ADAPTIVE_REPLICATE: trial.suggest_int(sh.ADAPTIVE_REPLICATE, 0,
+                                                         sh.MAX_REPLICATES)})
+        return sh.point_values(spec, trial.suggest_categorical(sh.SCALING_POINT,
+                                                               sh.all_labels(spec)))
 
     def resolve(self, spec: StudySpec, params: dict[str, Any]) -> dict[str, Any]:
+        from sweep.kinds.scaling import shapes as sh
         from sweep.kinds.scaling.shapes import SCALING_POINT, point_values
         from sweep.space import InvalidConfig
 
+        if scaling_section(spec).adaptive is not None:
+            axes = {k: params.pop(k) for k in sh.ADAPTIVE_AXES if k in params}
+            params.pop(SCALING_POINT, None)
+            if len(axes) < len(sh.ADAPTIVE_AXES):
+                raise InvalidConfig(f"{', '.join(sh.ADAPTIVE_AXES)}: missing (every trial of "
+                                    "an adaptive scaling study is a point of its rounds)", params)
+            try:
+                return sh.adaptive_values(spec, axes)
+            except (ValueError, TypeError) as exc:
+                raise InvalidConfig(str(exc), params) from None
         label = params.pop(SCALING_POINT, None)
         if label is None:
             raise InvalidConfig(f"{SCALING_POINT}: missing (every trial of a scaling study is a "
@@ -71,9 +91,11 @@ class ScalingKind(GridKind):
             raise InvalidConfig(str(exc), params) from None
 
     def corner(self, spec: StudySpec, end: int) -> dict[str, Any]:
-        from sweep.kinds.scaling.shapes import SCALING_POINT, all_labels
+        from sweep.kinds.scaling import shapes as sh
 
-        return {SCALING_POINT: all_labels(spec)[end]}
+        if scaling_section(spec).adaptive is not None:
+            return sh.adaptive_point(sh.budget_bounds(spec)[end], sh.shapes(spec)[end], 0)
+        return {sh.SCALING_POINT: sh.all_labels(spec)[end]}
 
     def trial_records(self, spec: StudySpec, model: ModelConfig, train: Any,
                       cost: Mapping[str, float]) -> tuple[dict[str, float], dict[str, Any]]:
@@ -82,7 +104,7 @@ class ScalingKind(GridKind):
         Params: the size rule's settings (``scaling.<setting>``) and the point's label
         (``scaling.point``).
         """
-        from sweep.kinds.scaling.shapes import SCALING_POINT, Shape, point_label
+        from sweep.kinds.scaling.shapes import SCALING_POINT, Shape, base_seed, point_label
         from sweep.schema import (
             METRIC_BUDGET_FLOPS,
             METRIC_N_PARAMS,
@@ -100,8 +122,9 @@ class ScalingKind(GridKind):
         rule = section.rule.parameters() if section.rule is not None else \
             {"ladder": len(required("scaling.ladder", section.ladder))}
         shape = Shape(model.d_model, model.n_layers, model.n_heads, required("d_ff", model.d_ff))
+        replicate = train.seed - base_seed(spec) if section.adaptive is not None else 0
         params = {f"scaling.{k}": v for k, v in rule.items()} | \
-            {SCALING_POINT: point_label(train.flops, shape)}
+            {SCALING_POINT: point_label(train.flops, shape, replicate)}
         return metrics, params
 
     def train(self, ctx: StudyContext, trial: OpenTrial, run: Any, reporter: Any) -> Any:
@@ -115,6 +138,13 @@ class ScalingKind(GridKind):
                 device: str | None) -> Prepared:
         from sweep.kinds.scaling.layout import layout, layout_problems
 
+        if scaling_section(spec).adaptive is not None:
+            from sweep.kinds.scaling.adaptive_driver import first_layouts
+
+            prior = first_layouts(spec, corpus_train_tokens=corpus_train_tokens, device=device)
+            # The progress total is the first round's: later rounds are placed as it runs.
+            return Prepared(problems=layout_problems(prior),
+                            total=sum(len(b.points) for b in prior), plan=corpus_train_tokens)
         prior = layout(spec, corpus_train_tokens=corpus_train_tokens, device=device)
         # The progress total as the prior lays it out (re-centring may change it a little).
         return Prepared(problems=layout_problems(prior), total=sum(len(b.points) for b in prior),
@@ -123,6 +153,14 @@ class ScalingKind(GridKind):
     def run(self, job: KindRun) -> tuple[Any, list[str]]:
         from sweep.kinds.scaling.driver import layout_notes, plan_notes, run_budgets
 
+        if scaling_section(job.ctx.spec).adaptive is not None:
+            from sweep.kinds.scaling.adaptive_driver import run_adaptive
+
+            study, layouts, stop = run_adaptive(job, job.prepared.plan)
+            analyze = f"next: sweep analyze scaling {job.ctx.out_dir} (the verdict and its notes)"
+            if job.say is not None:
+                job.say(analyze)
+            return study, [*layout_notes(layouts), stop, analyze]
         study, layouts = run_budgets(job, job.prepared.plan)
         # The run's end points to the analysis: the verdict, its notes and the shapes.
         analyze = f"next: sweep analyze scaling {job.ctx.out_dir} (the verdict and its notes)"
@@ -131,9 +169,9 @@ class ScalingKind(GridKind):
         return study, [*layout_notes(layouts), *plan_notes(job.ctx.spec, layouts), analyze]
 
     def point_key(self, spec: StudySpec, params: Mapping[str, Any]) -> Hashable:
-        from sweep.kinds.scaling.shapes import SCALING_POINT
+        from sweep.kinds.scaling.shapes import SCALING_POINT, adaptive_label
 
-        return str(params.get(SCALING_POINT))
+        return adaptive_label(params) or str(params.get(SCALING_POINT))
 
     def disk_needs(self, spec: StudySpec, largest_n_params: float) -> dict[str, float]:
         if not scaling_section(spec).branches:

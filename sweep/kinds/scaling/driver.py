@@ -36,7 +36,7 @@ from sweep.schema import (
     TrialState,
 )
 
-__all__ = ["grid_csv", "layout_notes", "plan_notes", "run_budgets"]
+__all__ = ["grid_csv", "layout_notes", "plan_notes", "run_budgets", "say_layout"]
 
 
 def _optimum(trials: list[dict[str, Any]], budget: float) -> float | None:
@@ -92,7 +92,7 @@ def run_budgets(job: KindRun, corpus_train_tokens: int | None) -> Any:
                                  device=ctx.device)
         layouts.append(lay)
         if say is not None:
-            _say_layout(lay, say, plan_warnings(spec, [lay], family))
+            say_layout(lay, say, plan_warnings(spec, [lay], family))
         ran = run_points(job, ({SCALING_POINT: p.label} for p in lay.points), held)
         if ran is not None:
             study = ran
@@ -104,7 +104,8 @@ def run_budgets(job: KindRun, corpus_train_tokens: int | None) -> Any:
     return study, layouts
 
 
-def _say_layout(lay: grid.BudgetLayout, say: Any, warnings: list[str]) -> None:
+def say_layout(lay: grid.BudgetLayout, say: Any, warnings: list[str]) -> None:
+    """Print one budget's layout: its centre, dropped shapes and the plan's warnings."""
     say(f"C={lay.budget_flops:.3g}: {len(lay.points)} sizes around N*={lay.centre_n_params:,.0f} "
         f"({lay.centre_source})")
     for label, reason in lay.dropped:

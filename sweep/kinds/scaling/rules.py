@@ -67,6 +67,35 @@ def scaling_problems(spec: StudySpec) -> Iterator[str]:
         yield "search.objectives: a scaling study fits val_loss only; remove the others"
     if section.branches:
         yield from _check_branches(spec)
+    if section.adaptive is not None:
+        yield from _check_adaptive(spec)
+
+
+def _check_adaptive(spec: StudySpec) -> Iterator[str]:
+    """An adaptive study's first round is its two smallest budgets, and must fit its allowance."""
+    section = scaling_section(spec)
+    ad = section.adaptive
+    if ad is None:
+        return
+    if len(section.budgets) < 2:
+        yield ("scaling.adaptive: needs at least 2 scaling.budgets (its first round trains the "
+               "two smallest before the first fit)")
+        return
+    first = sorted(section.budgets)[:2]
+    if ad.target_flops is not None and ad.target_flops < first[1]:
+        yield (f"scaling.adaptive.target_flops: {ad.target_flops:.4g} is below the first "
+               f"round's largest budget {first[1]:.4g}; give the budget whose N_opt you want")
+    if ad.allowance_flops is not None and ad.allowance_flops < ad.sizes * sum(first):
+        yield (f"scaling.adaptive.allowance_flops: {ad.allowance_flops:.4g} does not buy the "
+               f"first round ({ad.sizes} sizes at C={first[0]:.4g} and C={first[1]:.4g}, about "
+               f"{ad.sizes * sum(first):.4g} FLOPs)")
+    if section.branches:
+        yield ("scaling.adaptive: not with scaling.branches (a branch continues the trunk of "
+               "the next smaller of scaling.budgets; an adaptive study places its own budgets)")
+    seed = spec.train.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        yield ("train.seed: must be a fixed integer in an adaptive scaling study (a replicate "
+               "of a point trains with train.seed + its replicate number)")
 
 
 def _check_branches(spec: StudySpec) -> Iterator[str]:

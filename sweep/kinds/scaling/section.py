@@ -14,7 +14,8 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator, mo
 
 from sweep.spec.schema import Section
 
-__all__ = ["MAX_FAMILY", "Budgets", "ScalingSpec", "ShapeSpec", "SizeRuleSpec", "WidthRange"]
+__all__ = ["MAX_FAMILY", "AdaptiveSpec", "Budgets", "ScalingSpec", "ShapeSpec", "SizeRuleSpec",
+           "WidthRange"]
 
 
 #: The most shapes a size rule or ladder may hold.
@@ -162,6 +163,35 @@ class ShapeSpec(Section):
         return self
 
 
+class AdaptiveSpec(Section):
+    """``scaling.adaptive``: rounds placed by the fits instead of the whole grid up front.
+
+    The study trains a first round (the two smallest ``budgets``, ``sizes`` points each), then
+    after each round refits the law by VPNLS with ``n_bootstrap`` resamples and places the next
+    round where it shrinks N_opt's interval at ``target_flops`` the most (a new budget
+    ``growth`` times the largest, or replicates of the largest), until the interval (q95 / q05
+    of the draws) is at most ``target_rel_ci`` or the next round does not fit in
+    ``allowance_flops`` (`sweep.kinds.scaling.adaptive`).
+    """
+
+    target_flops: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=(
+        "The budget C whose N_opt the study is for, FLOPs (default: 100 x the largest of "
+        "budgets)."))
+    allowance_flops: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=(
+        "The training FLOPs the study may spend in all (default: what the fixed grid of "
+        "budgets x sizes_per_budget trains, as sweep validate prices it)."))
+    target_rel_ci: float = Field(default=1.5, gt=1, le=1e6, allow_inf_nan=False, description=(
+        "Stop when N_opt's interval at the target, q95 / q05 of the bootstrap, is at most "
+        "this."))
+    sizes: int = Field(default=3, ge=3, le=64, description="Sizes each round trains per budget.")
+    growth: float = Field(default=3.0, gt=1, le=1e3, allow_inf_nan=False, description=(
+        "A new budget's multiple of the largest so far."))
+    n_bootstrap: int = Field(default=16, ge=2, le=1000, description=(
+        "Bootstrap refits after each round."))
+    span: float | None = Field(default=None, gt=1, le=1e6, allow_inf_nan=False, description=(
+        "The first round's span around N* (default: twice scaling.span)."))
+
+
 class ScalingSpec(Section):
     """``scaling``: an IsoFLOP study (Hoffmann et al. 2022, section 3.2).
 
@@ -179,6 +209,8 @@ class ScalingSpec(Section):
     run at a larger budget continues the stable phase of its run at the next smaller budget
     from a checkpoint and cools down on its own branch: the same final loss as a run from step
     0, for a fraction of the tokens (`sweep.train.branches`, Hagele et al. 2024).
+
+    With ``adaptive`` the study places its rounds from the fits as it runs (`AdaptiveSpec`).
     """
 
     budgets: Budgets = Field(min_length=1, max_length=64)
@@ -190,6 +222,7 @@ class ScalingSpec(Section):
     recentre: bool = True
     max_epochs: float = Field(default=4.0, gt=0, allow_inf_nan=False)
     branches: bool = False
+    adaptive: AdaptiveSpec | None = None
 
     @model_validator(mode="after")
     def _family(self) -> ScalingSpec:

@@ -12,6 +12,7 @@ of the family, so the domain does not change when a later budget is re-centred.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +23,23 @@ from sweep_models.config import ModelConfig
 from sweep_models.cost import flops_per_token, non_embedding_param_count, param_count
 from sweep_models.errors import required
 
-__all__ = ["SCALING_POINT", "Candidate", "Shape", "all_labels", "candidates", "configs",
-           "nearest_shapes", "parse_label", "point_label", "point_values", "shapes"]
+__all__ = ["ADAPTIVE_AXES", "ADAPTIVE_BUDGET", "ADAPTIVE_REPLICATE", "ADAPTIVE_SHAPE",
+           "MAX_REPLICATES", "SCALING_POINT", "Candidate", "Shape", "adaptive_label",
+           "adaptive_point", "adaptive_values", "all_labels", "base_seed", "budget_bounds",
+           "candidates", "configs", "nearest_shapes", "parse_label", "point_label", "point_values",
+           "shapes"]
 
 #: The Optuna / MLflow parameter that names a trial's grid point.
 SCALING_POINT = "scaling.point"
+#: An adaptive study's axes instead (its budgets are placed as it runs, so no list of labels
+#: holds them up front): the budget C in FLOPs, the shape's label and the replicate (its seed
+#: offset).
+ADAPTIVE_BUDGET = "scaling.budget"
+ADAPTIVE_SHAPE = "scaling.shape"
+ADAPTIVE_REPLICATE = "scaling.replicate"
+ADAPTIVE_AXES = (ADAPTIVE_BUDGET, ADAPTIVE_SHAPE, ADAPTIVE_REPLICATE)
+#: The most replicates of one point an adaptive study trains.
+MAX_REPLICATES = 1000
 
 
 @dataclass(frozen=True, order=True)
@@ -110,9 +123,13 @@ def candidates(spec: StudySpec) -> list[Candidate]:
                   key=lambda c: (c.n_params, c.shape))
 
 
-def point_label(budget_flops: float, shape: Shape) -> str:
-    """``C<budget, 4 significant digits>/<shape label>``, e.g. ``C1e+13/d128-L4-h4-ff512``."""
-    return f"C{budget_flops:.4g}/{shape.label}"
+def point_label(budget_flops: float, shape: Shape, replicate: int = 0) -> str:
+    """``C<budget, 4 significant digits>/<shape label>``, e.g. ``C1e+13/d128-L4-h4-ff512``.
+
+    An adaptive study's replicate ``k`` > 0 of a point (another seed) adds ``/r<k>``.
+    """
+    label = f"C{budget_flops:.4g}/{shape.label}"
+    return f"{label}/r{replicate}" if replicate else label
 
 
 def all_labels(spec: StudySpec) -> list[str]:
@@ -132,6 +149,62 @@ def parse_label(spec: StudySpec, label: str) -> tuple[float, Shape]:
     if budget is not None and shape is not None:
         return float(budget), shape
     raise ValueError(f"{SCALING_POINT}={label!r} is not a point of this study's grid")
+
+
+def adaptive_point(budget_flops: float, shape: Shape, replicate: int) -> dict[str, Any]:
+    """An adaptive study's point as its three axes (`ADAPTIVE_AXES`): its budget is the fits'."""
+    return {ADAPTIVE_BUDGET: float(budget_flops), ADAPTIVE_SHAPE: shape.label,
+            ADAPTIVE_REPLICATE: int(replicate)}
+
+
+def adaptive_label(params: Mapping[str, Any]) -> str | None:
+    """The label of an adaptive point's axes (`point_label`); None without them."""
+    if not all(k in params for k in ADAPTIVE_AXES):
+        return None
+    replicate = int(params[ADAPTIVE_REPLICATE])
+    shape = str(params[ADAPTIVE_SHAPE])
+    return f"C{float(params[ADAPTIVE_BUDGET]):.4g}/{shape}" + (f"/r{replicate}" if replicate
+                                                               else "")
+
+
+def budget_bounds(spec: StudySpec) -> tuple[float, float]:
+    """The range an adaptive study's budgets lie in, FLOPs: ``(lo, hi)``.
+
+    From the smallest of ``scaling.budgets`` to the allowance (a round's budget is at most the
+    allowance / its sizes), or without one the fixed grid's approximate FLOPs
+    (``sizes_per_budget`` x the budgets' sum).
+    """
+    sc = scaling_section(spec)
+    ad = required("scaling.adaptive", sc.adaptive)
+    hi = ad.allowance_flops or sc.sizes_per_budget * sum(sc.budgets)
+    return float(min(sc.budgets)), float(max(hi, max(sc.budgets)))
+
+
+def base_seed(spec: StudySpec) -> int:
+    """The spec's ``train.seed`` (fixed in an adaptive study), else the default 0."""
+    seed = spec.train.get("seed", 0)
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
+
+
+def adaptive_values(spec: StudySpec, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The dotted ``model.*`` fields, ``train.flops`` and ``train.seed`` of an adaptive point.
+
+    Replicate ``k`` trains with ``train.seed`` + k.
+
+    Raises:
+        ValueError: A shape not of the family, or a budget or replicate off its range.
+    """
+    lo, hi = budget_bounds(spec)
+    budget, replicate = float(params[ADAPTIVE_BUDGET]), int(params[ADAPTIVE_REPLICATE])
+    shape = next((s for s in shapes(spec) if s.label == params[ADAPTIVE_SHAPE]), None)
+    if shape is None:
+        raise ValueError(f"{ADAPTIVE_SHAPE}={params[ADAPTIVE_SHAPE]!r} is not a shape of this "
+                         "study's family")
+    if not lo <= budget <= hi or not 0 <= replicate <= MAX_REPLICATES:
+        raise ValueError(f"{ADAPTIVE_BUDGET}={budget:.4g}, {ADAPTIVE_REPLICATE}={replicate}: "
+                         f"off [{lo:.4g}, {hi:.4g}] x [0, {MAX_REPLICATES}]")
+    return {**{f"model.{k}": v for k, v in shape.fields().items()}, "train.flops": budget,
+            "train.seed": base_seed(spec) + replicate}
 
 
 def point_values(spec: StudySpec, label: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ stopping).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from rich.table import Table
@@ -19,6 +20,8 @@ from sweep import schema
 from sweep.folder import StudyFolder
 from sweep.kinds.base import Described
 from sweep.kinds.common import parametrization_line
+from sweep.kinds.scaling.adaptive import describe_design, settings_of
+from sweep.kinds.scaling.adaptive_driver import first_layouts
 from sweep.kinds.scaling.layout import BudgetLayout, grid_rows, layout, layout_problems
 from sweep.kinds.scaling.plan_checks import (
     device_time,
@@ -46,7 +49,8 @@ def describe_grid(spec: StudySpec, say: Any, *, device: str | None, as_json: boo
         on this device and on ``gpu``).
     """
     cands = candidates(spec)
-    layouts = layout(spec, device=device)
+    adaptive = scaling_section(spec).adaptive is not None
+    layouts = first_layouts(spec, device=device) if adaptive else layout(spec, device=device)
     rate, rate_note = _measured_flops_per_s(spec)
     rows = grid_rows(spec, layouts, device=device or "auto", flops_per_s=rate)
     compute: dict[str, Any] = study_compute(rows)
@@ -56,10 +60,16 @@ def describe_grid(spec: StudySpec, say: Any, *, device: str | None, as_json: boo
     compute["named_gpu"] = gpu_time(compute[schema.METRIC_TRAIN_FLOPS], gpu, train.precision)
     warnings = plan_warnings(spec, layouts, (cands[0].n_params, cands[-1].n_params))
     warnings += _early_stopping(spec)
+    record: dict[str, Any] = {"grid": rows, "compute": compute}
+    if adaptive:
+        settings = settings_of(spec)
+        record["adaptive"] = dataclasses.asdict(settings)
     if not as_json:
         _print_grid(spec, layouts, rows, say)
         _print_compute(compute, say)
-    return Described(layout_problems(layouts), warnings, {"grid": rows, "compute": compute})
+        for line in describe_design(spec, settings) if adaptive else []:
+            say(line)
+    return Described(layout_problems(layouts), warnings, record)
 
 
 def _measured_flops_per_s(spec: StudySpec) -> tuple[float | None, str]:
@@ -91,7 +101,8 @@ def _print_grid(spec: StudySpec, layouts: list[BudgetLayout], rows: list[dict[st
     # none without a measured throughput
     timed = ("est. time",) if rows and rows[0]["est_seconds"] is not None else ()
     table = Table("budget (FLOPs)", "shape", "N", "tokens", *branch, "tokens/N", "memory",
-                  *timed, title=f"IsoFLOP grid: {len(rows)} trials")
+                  *timed, title=f"{'first round' if sc.adaptive else 'IsoFLOP grid'}: "
+                  f"{len(rows)} trials")
     for r in rows:
         est = (f"{r['est_seconds']:,.0f} s",) if timed else ()
         reused = (f"{r[schema.METRIC_BRANCH_TOKENS]:,}",) if sc.branches else ()

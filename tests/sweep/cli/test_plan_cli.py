@@ -73,3 +73,14 @@ def test_json_reports_every_estimator_at_the_target(tmp_path):
           if s["budget_flops"] == 1e15}
     assert set(at) == {(k, q) for k in ("2", "3", "vpnls") for q in ("n_params", "n_tokens")}
     assert abs(at["vpnls", "n_params"]["bias"]) < 1e-4
+
+
+def test_the_adaptive_design_takes_the_specs_settings():
+    """studies/scaling-adaptive.yaml: its target 3e12 (not 100 x its largest budget) and its
+    allowance 1.3e13 FLOPs (not the fixed grid's 2.2e13)."""
+    result = CliRunner().invoke(app, ["plan", str(ROOT / "studies" / "scaling-adaptive.yaml"),
+                                      "--design", "adaptive", "--repeats", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert plan["design"] == "adaptive" and plan["targets"][-1] == 3e12
+    assert 1.2e12 < plan["design_flops"] <= 1.3e13
