@@ -1,5 +1,5 @@
 """``python -m sweep.cli``: the same command line as ``sweep``."""
 
-from sweep.cli import app
+from sweep.cli import main
 
-app()
+main()

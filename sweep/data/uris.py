@@ -34,7 +34,6 @@ from urllib.parse import parse_qsl
 
 from sweep.data import text
 from sweep.data.errors import DataError
-from sweep.data.token_meta import vocab_from_meta
 
 __all__ = ["DEFAULT_CORPUS", "SCHEMES", "SYNTHETIC_TASKS", "BuiltinUri", "ParsedUri",
            "SyntheticUri", "TextUri", "TokensUri", "check_corpus", "declared_vocab", "parse_uri"]
@@ -159,6 +158,8 @@ def _tokens(uri: str, rest: str, vocab_size: int | None) -> TokensUri:
                             "not a whole number of uint16 token ids")
     vocab = _parse_params(uri, query, {"vocab": int}).get("vocab", vocab_size)
     if vocab is None:
+        from sweep.data.token_meta import vocab_from_meta  # pickle: only for a meta file
+
         vocab = vocab_from_meta(uri, folder)
     return TokensUri(files, vocab)
 

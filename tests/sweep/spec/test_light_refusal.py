@@ -149,8 +149,10 @@ _MODULES = _CLI + """
 print(json.dumps({"code": code, "loaded": sorted(m for m in WATCHED if m in sys.modules)}))
 """
 #: The service's own modules a refusal at the spec's types has no use for: the search space,
-#: the cost model and the grids' shapes (about 30 ms of a refusal's imports).
-WATCHED = ("sweep.space", "sweep_models.cost", "sweep.kinds.scaling.shapes", "rich")
+#: the cost model and the grids' shapes (about 30 ms of a refusal's imports); pydantic's plugin
+#: loader's importlib.metadata (`sweep.adapters.pydantic`); pickle (a corpus's meta.pkl).
+WATCHED = ("sweep.space", "sweep_models.cost", "sweep.kinds.scaling.shapes", "rich",
+           "importlib.metadata", "pickle")
 
 
 @pytest.mark.parametrize("command", ["validate", "run"])
