@@ -41,6 +41,7 @@ from typing import Any
 
 from mlflow.entities import Metric, Param, RunTag
 
+from sweep.adapters.mlflow import sql_log_batch, sql_set_terminated
 from sweep.tracking.buffer_auth import key_path, line_mac, study_key
 from sweep.tracking.buffer_replay import (
     FORMAT,
@@ -89,6 +90,10 @@ class BufferedClient:
     def __init__(self, client: Any, run_id: str, folder: Path | str | None,
                  header: dict[str, Any]) -> None:
         self._client, self.run_id = client, run_id
+        # A SQLite store's batch in one transaction, its end in one statement
+        # (`sweep.adapters.mlflow.sql_log_batch`, `sql_set_terminated`).
+        self._sql_log_batch = sql_log_batch(client)
+        self._sql_set_terminated = sql_set_terminated(client)
         self.path = Path(folder) / f"{run_id}.jsonl" if folder is not None else None
         self._header = {"format": FORMAT, "run_id": run_id, **header}
         self._key: bytes | None = None
@@ -109,10 +114,11 @@ class BufferedClient:
     # ----------------------------------------------------------------------------- writes
     def log_batch(self, run_id: str, metrics: Sequence[Metric] = (), params: Sequence[Param] = (),
                   tags: Sequence[RunTag] = ()) -> None:
+        send = self._sql_log_batch or self._client.log_batch
         self._write({"op": "batch", "metrics": [_metric(m) for m in metrics],
                      "params": _kv(params), "tags": _kv(tags)},
-                    lambda: self._client.log_batch(run_id, metrics=list(metrics),
-                                                   params=list(params), tags=list(tags)))
+                    lambda: send(run_id, metrics=list(metrics), params=list(params),
+                                 tags=list(tags)))
 
     def set_tag(self, run_id: str, key: str, value: Any) -> None:
         self._write({"op": "batch", "metrics": [], "params": [], "tags": [[key, str(value)]]},
@@ -125,8 +131,9 @@ class BufferedClient:
     def set_terminated(self, run_id: str, status: str | None = None,
                        end_time: int | None = None) -> None:
         end_time = end_time if end_time is not None else int(time.time() * 1000)
+        end = self._sql_set_terminated or self._client.set_terminated
         self._write({"op": "end", "status": status, "end_time": end_time},
-                    lambda: self._client.set_terminated(run_id, status, end_time=end_time))
+                    lambda: end(run_id, status, end_time=end_time))
         self._closed.set()  # the run is over: the probe thread stops
         if self._buffering:
             self.flush()
