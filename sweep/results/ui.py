@@ -31,8 +31,13 @@ def runs_view_url(base_url: str, experiment_id: str, query: str = UI_MODEL_TRAIN
     return f"{base}/#/experiments/{experiment_id}/runs?{query}"
 
 
-class Stopped(Exception):
-    """A stop signal arrived (`stop_signals`); ``name`` is its name, e.g. ``SIGTERM``."""
+class Stopped(BaseException):
+    """A stop signal arrived (`stop_signals`); ``name`` is its name, e.g. ``SIGTERM``.
+
+    A `BaseException`, as `KeyboardInterrupt` is: the signal may land while the server's main
+    thread handles a request, where ``socketserver`` catches every `Exception` (and prints
+    it) and serves on.
+    """
 
     def __init__(self, name: str) -> None:
         super().__init__(name)

@@ -128,9 +128,12 @@ def check_resumed(tmp_path, before, n_trials, n_interrupted):
     # MLflow: one run per trial number, the interrupted ones KILLED, none RUNNING
     uri, parent, runs = mlflow_runs(tmp_path)
     states = run_states(runs)
-    assert states.get("INTERRUPTED", 0) == n_interrupted and "RUNNING" not in states
-    assert sum(v for k, v in states.items() if k != "INTERRUPTED") == n_trials
-    assert sorted(r["trial"] for r in runs) == sorted(numbers)
+    # What to look at when these fail: every run of the parent, and every trial of Optuna.
+    seen = (sorted((r["trial"], str(r["state"]), r["retry_of"]) for r in runs),
+            sorted((t.number, t.state.name, t.user_attrs.get(ATTR_STATE)) for t in trials))
+    assert states.get("INTERRUPTED", 0) == n_interrupted and "RUNNING" not in states, seen
+    assert sum(v for k, v in states.items() if k != "INTERRUPTED") == n_trials, seen
+    assert sorted(r["trial"] for r in runs) == sorted(numbers), seen
     assert [r["retry_of"] for r in runs if r["retry_of"] is not None] == sorted(
         t.number for t in interrupted)
     client = MlflowClient(uri)
@@ -220,7 +223,7 @@ def test_parallel_driver_killed_takes_its_workers_along(tmp_path):
     before = optuna_trials(tmp_path)
     # A worker killed after its trial's run ended but before Optuna heard of it leaves a RUNNING
     # trial the resume tells from the run (sweep.executors.optuna.recovery): not interrupted.
-    ended = {r["trial"] for r in mlflow_runs(tmp_path)[2] if r["state"] != TrialState.RUNNING}
+    ended = {r["trial"] for r in mlflow_runs(tmp_path)[2] if r["state"].finished}
     running = [t.number for t in before if t.state == OptunaState.RUNNING]
     interrupted = [n for n in running if n not in ended]
     assert interrupted
