@@ -16,7 +16,9 @@
   errors). The rows are MLflow's: a param logged again with another value is refused, a
   metric row written once, the latest value by (step, timestamp, value), NaN stored as 0 with
   ``is_nan`` and infinities as the largest float, a tag replaced. A run's end
-  (`sql_set_terminated`) is ``update_run_info``'s one row update, without loading the run.
+  (`sql_set_terminated`) is ``update_run_info``'s one row update, without loading the run;
+  a run's start (`sql_create_run`) is ``create_run``'s row and tags, without loading the
+  experiment's tags or the run's dataset inputs.
 
 This module imports MLflow only inside `sql_log_batch`: it takes the client it is given.
 """
@@ -26,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["child_histories", "child_runs", "metric_history_bulk", "sql_log_batch",
-           "sql_set_terminated"]
+__all__ = ["child_histories", "child_runs", "metric_history_bulk", "sql_create_run",
+           "sql_log_batch", "sql_set_terminated"]
 
 #: The runs whose tag ``key`` (MLflow's parent-run tag) is the parent's id.
 _CHILDREN = "SELECT run_uuid FROM tags WHERE key = :tag AND value = :parent"
@@ -159,6 +161,62 @@ def sql_log_batch(client: Any) -> Callable[..., None] | None:
         _log_batch(store, run_id, list(metrics), list(params), list(tags))
 
     return log_batch
+
+
+def sql_create_run(client: Any) -> Callable[..., str] | None:
+    """``create_run(experiment_id, tags, run_name)`` in one transaction, for a SQLite store.
+
+    What MLflow's ``MlflowClient.create_run`` writes: the run's row (``RUNNING``, started now,
+    its artifact URI under the experiment's artifact location, user from tag ``mlflow.user``
+    or ``unknown``, source ``UNKNOWN``) and its tags, with ``mlflow.runName`` added.
+
+    Returns:
+        The function, which returns the new run's id, or None where `sql_log_batch` is None.
+    """
+    store = _store(client)
+    if sql_log_batch(client) is None:
+        return None
+
+    def create_run(experiment_id: str, tags: Any, run_name: str) -> str:
+        return _create_run(store, experiment_id, dict(tags), run_name)
+
+    return create_run
+
+
+def _create_run(store: Any, experiment_id: str, tags: dict[str, str], run_name: str) -> str:
+    import time
+    import uuid
+
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST
+    from mlflow.utils.uri import append_to_uri_path
+
+    name_tag = tags.get(_RUN_NAME)
+    if not run_name or (name_tag and name_tag != run_name):
+        raise ValueError(f"a run name and a matching {_RUN_NAME} tag, not {run_name!r} and "
+                         f"{name_tag!r}")
+    tags = {**tags, _RUN_NAME: run_name}
+    run_id = uuid.uuid4().hex
+    with store.ManagedSessionMaker(read_only=False) as session:
+        row = session.execute(_text("SELECT artifact_location, lifecycle_stage FROM experiments "
+                                    "WHERE experiment_id = :e"), {"e": int(experiment_id)}).first()
+        if row is None:
+            raise MlflowException(f"No Experiment with id={experiment_id} exists",
+                                  RESOURCE_DOES_NOT_EXIST)
+        if row[1] != "active":
+            raise MlflowException(f"The experiment {experiment_id} must be in the 'active' "
+                                  f"state. Current state is {row[1]}.", INVALID_PARAMETER_VALUE)
+        session.execute(_text(
+            "INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name, "
+            "user_id, status, start_time, end_time, deleted_time, source_version, "
+            "lifecycle_stage, artifact_uri, experiment_id) VALUES (:run, :name, 'UNKNOWN', '', "
+            "'', :user, 'RUNNING', :start, NULL, NULL, '', 'active', :artifacts, :e)"),
+            {"run": run_id, "name": run_name, "user": tags.get("mlflow.user", "unknown"),
+             "start": int(time.time() * 1000), "e": int(experiment_id),
+             "artifacts": append_to_uri_path(row[0], run_id, "artifacts")})
+        session.execute(_text(_TAG), [{"key": k, "value": v, "run": run_id}
+                                      for k, v in tags.items()])
+    return run_id
 
 
 def sql_set_terminated(client: Any) -> Callable[..., None] | None:

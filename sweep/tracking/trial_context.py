@@ -18,6 +18,7 @@ from mlflow.entities import RunStatus
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
+from sweep.adapters.mlflow import sql_create_run
 from sweep.redact import remember, shown_uri
 from sweep.schema import (
     METRIC_VAL_LOSS,
@@ -126,8 +127,11 @@ class TrialContext:
             TAG_HEARTBEAT: f"{time.time():.0f}",
             **({TAG_RETRY_OF: str(retry_of)} if retry_of is not None else {}),
         }
-        run = client.create_run(self.experiment_id, tags=tags, run_name=run_name(number))
-        trial = TrialRun(self._client(client, run.info.run_id, number), run.info.run_id, number)
+        create = sql_create_run(client)  # a SQLite store's run in one transaction
+        run_id = (create(self.experiment_id, tags, run_name(number)) if create is not None else
+                  client.create_run(self.experiment_id, tags=tags,
+                                    run_name=run_name(number)).info.run_id)
+        trial = TrialRun(self._client(client, run_id, number), run_id, number)
         trial.start_heartbeat(also=heartbeat)
         if params:
             trial.log_initial_params(params)

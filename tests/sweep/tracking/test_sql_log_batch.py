@@ -8,7 +8,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
-from sweep.adapters.mlflow import sql_log_batch, sql_set_terminated
+from sweep.adapters.mlflow import sql_create_run, sql_log_batch, sql_set_terminated
 
 #: Batches logged one after another: NaN and infinities, a key at several steps out of order,
 #: one metric twice, a step whose timestamp or value ties, a tag replaced, a param repeated.
@@ -137,3 +137,36 @@ def test_a_wrapped_client_keeps_its_own_writes(store):
             return getattr(client, name)
 
     assert sql_log_batch(Wrapper()) is None and sql_set_terminated(Wrapper()) is None
+
+
+RUN_COLUMNS = ("name, source_type, source_name, entry_point_name, user_id, status, end_time, "
+               "deleted_time, source_version, lifecycle_stage, experiment_id")
+
+
+def test_a_run_created_is_the_row_and_tags_mlflows_create_run_writes(store):
+    db, client, experiment = store
+    tags = {"mlflow.parentRunId": "p" * 32, "sweep.trial_number": "3", "mlflow.user": "ada"}
+    ours = sql_create_run(client)(experiment, tags, "trial-3")
+    theirs = client.create_run(experiment, tags=tags, run_name="trial-3").info.run_id
+    con = sqlite3.connect(db)
+    try:
+        rows = [con.execute(f"SELECT {RUN_COLUMNS}, artifact_uri, start_time FROM runs "
+                            "WHERE run_uuid = ?", (r,)).fetchone() for r in (ours, theirs)]
+    finally:
+        con.close()
+    assert rows[0][:-2] == rows[1][:-2]
+    assert rows[0][-2].replace(ours, theirs) == rows[1][-2]  # under the experiment's location
+    assert abs(rows[0][-1] - rows[1][-1]) < 5000
+    assert _rows(db, ours)["tags"] == _rows(db, theirs)["tags"]
+    run = client.get_run(ours)
+    assert run.info.run_name == "trial-3" and run.info.status == "RUNNING"
+    assert run.info.user_id == "ada" and run.info.lifecycle_stage == "active"
+
+
+def test_a_run_in_a_deleted_or_unknown_experiment_is_refused(store):
+    _, client, experiment = store
+    client.delete_experiment(experiment)
+    with pytest.raises(MlflowException, match="must be in the 'active' state"):
+        sql_create_run(client)(experiment, {}, "trial-0")
+    with pytest.raises(MlflowException, match="No Experiment"):
+        sql_create_run(client)("987", {}, "trial-0")
