@@ -164,14 +164,26 @@ time.sleep(600)
 """
 
 
-def test_a_hot_journal_of_the_service_store_is_not_foreign(study):
-    db = study / "mlflow.db"
+def _leave_a_hot_journal(db):
+    """`WRITER` on ``db``, killed mid-transaction: its journal is left hot."""
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE,
                               text=True)
     assert writer.stdout.readline().strip() == "written"
     writer.send_signal(signal.SIGKILL)
     writer.wait()
     assert hot_journal(db) is not None
+
+
+def _rolled_back(db):
+    """Whether ``db`` holds MLflow's tables and not the killed writer's."""
+    tables = {n for (n,) in sqlite3.connect(db).execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return "scratch" not in tables and "runs" in tables
+
+
+def test_a_hot_journal_of_the_service_store_is_not_foreign(study):
+    db = study / "mlflow.db"
+    _leave_a_hot_journal(db)
     copy = study.parent / "copy"
     shutil.copytree(study, copy)
     with pytest.raises(sqlite3.OperationalError, match="readonly database"):
@@ -192,9 +204,7 @@ def test_a_hot_journal_of_the_service_store_is_not_foreign(study):
     code, output = _invoke(COMMANDS["results"], study)  # rolled back, then read
     assert code == 0, output
     assert "demo: 2 trials (best first)" in output
-    tables = {n for (n,) in sqlite3.connect(db).execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert "scratch" not in tables and "runs" in tables
+    assert _rolled_back(db)
 
 
 def test_the_readers_roll_back_a_hot_journal_a_killed_writer_left(study):
@@ -202,19 +212,12 @@ def test_the_readers_roll_back_a_hot_journal_a_killed_writer_left(study):
     from sweep.tracking import find_study, read_trials
 
     db = study / "mlflow.db"
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE,
-                              text=True)
-    assert writer.stdout.readline().strip() == "written"
-    writer.send_signal(signal.SIGKILL)
-    writer.wait()
-    assert hot_journal(db) is not None
+    _leave_a_hot_journal(db)
     uri = f"sqlite:///{db}"
     experiment_id, parent = find_study(uri, "demo")
     assert hot_journal(db) is None
     assert len(read_trials(uri, experiment_id, parent)) == 2
-    tables = {n for (n,) in sqlite3.connect(db).execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert "scratch" not in tables and "runs" in tables
+    assert _rolled_back(db)
 
 
 def test_a_hot_journal_beside_a_foreign_file_is_left_as_it_is(tmp_path):
@@ -222,11 +225,7 @@ def test_a_hot_journal_beside_a_foreign_file_is_left_as_it_is(tmp_path):
 
     db = tmp_path / "mlflow.db"
     sqlite3.connect(db).execute("CREATE TABLE mine (x)").connection.commit()
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE,
-                              text=True)
-    assert writer.stdout.readline().strip() == "written"
-    writer.send_signal(signal.SIGKILL)
-    writer.wait()
+    _leave_a_hot_journal(db)
     before = (db.read_bytes(), Path(f"{db}-journal").read_bytes())
     assert "mode=ro" in reading_uri(f"sqlite:///{db}")
     assert (db.read_bytes(), Path(f"{db}-journal").read_bytes()) == before
