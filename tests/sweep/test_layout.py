@@ -260,9 +260,15 @@ def _imports_of(library: str, tree: ast.AST) -> list[int]:
 
 
 def test_mlflow_is_used_only_through_sweep_tracking():
+    """And its private parts in `sweep.adapters.mlflow`, which only `sweep.tracking` calls."""
     found = [f"{p.relative_to(SWEEP.parent)}:{line}" for p in _outside("sweep/tracking/")
+             if p != SWEEP / "adapters" / "mlflow.py"
              for line in _imports_of("mlflow", _tree(p))]
     assert not found, "MLflow imported outside sweep/tracking:\n" + "\n".join(found)
+    callers = [p.relative_to(SWEEP.parent).as_posix() for p in _outside("sweep/tracking/")
+               if p != SWEEP / "adapters" / "mlflow.py" and "adapters.mlflow" in p.read_text()
+               .replace("adapters import mlflow", "adapters.mlflow")]
+    assert not callers, f"sweep.adapters.mlflow used outside sweep/tracking: {callers}"
     assert _imports_of("mlflow", ast.parse("from mlflow.entities import Run\nimport mlflow\n"))\
         == [1, 2]
 

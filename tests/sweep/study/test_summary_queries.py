@@ -54,12 +54,18 @@ def imported():
 
 
 @pytest.fixture
-def statements():
-    """SQL statements sent to any engine while the fixture is active, counted."""
+def statements(tmp_path):
+    """SQL statements sent to the stores under this test's folder while the fixture is active.
+
+    Only those: a thread another test left (a trial's heartbeat) may write to its own store
+    meanwhile.
+    """
     seen = []
+    folder = str(tmp_path)
 
     def count(conn, cursor, statement, *args):
-        seen.append(statement)
+        if folder in str(conn.engine.url):
+            seen.append(statement)
 
     sqlalchemy.event.listen(sqlalchemy.engine.Engine, "before_cursor_execute", count)
     yield seen
@@ -82,7 +88,7 @@ def test_the_summary_makes_as_many_queries_at_2n_trials_as_at_n(tmp_path, new_st
         made[n] = len(statements)
         assert summary["counts"][TrialState.COMPLETE.value] == n
         assert summary[METRIC_BEST_VAL_LOSS] == pytest.approx(3.0 - 0.1 * (n - 1))
-    assert made[2] == made[4], made
+    assert made[2] == made[4] and made[2] > 0, made
     csv = MlflowClient(uri).download_artifacts(tracker.parent_run_id, "trials.csv", tmp_path)
     assert len(open(csv).read().splitlines()) == 1 + 4
 
