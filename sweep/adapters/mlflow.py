@@ -139,14 +139,8 @@ _TAG = ("INSERT INTO tags (key, value, run_uuid) VALUES (:key, :value, :run) "
 _RUN_NAME = "mlflow.runName"
 
 
-def sql_log_batch(client: Any) -> Callable[..., None] | None:
-    """``log_batch(run_id, metrics, params, tags)`` in one transaction, for a SQLite store.
-
-    Returns:
-        The function, or None where the client is not an `mlflow.MlflowClient` (a wrapper
-        of one keeps its own ``log_batch``) or its store is not MLflow's SQL store on SQLite
-        (a server, PostgreSQL): use ``client.log_batch`` there.
-    """
+def _sqlite_store(client: Any) -> Any:
+    """The SQL store of an `mlflow.MlflowClient` on SQLite, or None (module docstring)."""
     from mlflow import MlflowClient
 
     if not isinstance(client, MlflowClient):
@@ -155,6 +149,20 @@ def sql_log_batch(client: Any) -> Callable[..., None] | None:
     engine = getattr(store, "engine", None)
     if (engine is None or not hasattr(store, "ManagedSessionMaker")
             or engine.dialect.name != "sqlite"):
+        return None
+    return store
+
+
+def sql_log_batch(client: Any) -> Callable[..., None] | None:
+    """``log_batch(run_id, metrics, params, tags)`` in one transaction, for a SQLite store.
+
+    Returns:
+        The function, or None where the client is not an `mlflow.MlflowClient` (a wrapper
+        of one keeps its own ``log_batch``) or its store is not MLflow's SQL store on SQLite
+        (a server, PostgreSQL): use ``client.log_batch`` there.
+    """
+    store = _sqlite_store(client)
+    if store is None:
         return None
 
     def log_batch(run_id: str, metrics: Any = (), params: Any = (), tags: Any = ()) -> None:
@@ -173,8 +181,8 @@ def sql_create_run(client: Any) -> Callable[..., str] | None:
     Returns:
         The function, which returns the new run's id, or None where `sql_log_batch` is None.
     """
-    store = _store(client)
-    if sql_log_batch(client) is None:
+    store = _sqlite_store(client)
+    if store is None:
         return None
 
     def create_run(experiment_id: str, tags: Any, run_name: str) -> str:
@@ -228,8 +236,8 @@ def sql_set_terminated(client: Any) -> Callable[..., None] | None:
     Returns:
         The function, or None where `sql_log_batch` is None.
     """
-    store = _store(client)
-    if sql_log_batch(client) is None:
+    store = _sqlite_store(client)
+    if store is None:
         return None
 
     def set_terminated(run_id: str, status: str | None = None,
@@ -283,7 +291,6 @@ def _log_batch(store: Any, run_id: str, metrics: list[Any], params: list[Any],
         _validate_param_keys_unique,
         _validate_run_id,
     )
-    from sqlalchemy import text
 
     if any(getattr(m, "model_id", None) for m in metrics) or any(
             t.key == _RUN_NAME for t in tags):
@@ -296,7 +303,7 @@ def _log_batch(store: Any, run_id: str, metrics: list[Any], params: list[Any],
     with store.ManagedSessionMaker(read_only=False) as session:
         _check_active(session, run_id)
         if params:
-            existing = dict(session.execute(text(_PARAMS), {"run": run_id}).all())
+            existing = dict(session.execute(_text(_PARAMS), {"run": run_id}).all())
             changed = [{"key": p.key, "old_value": existing[p.key], "new_value": p.value}
                        for p in params if p.key in existing and existing[p.key] != p.value]
             if changed:
@@ -306,15 +313,15 @@ def _log_batch(store: Any, run_id: str, metrics: list[Any], params: list[Any],
             new = [{"key": p.key, "value": p.value, "run": run_id}
                    for p in params if p.key not in existing]
             if new:
-                session.execute(text(_INSERT_PARAM), new)
+                session.execute(_text(_INSERT_PARAM), new)
         if metrics:
             rows = []
             for m in metrics:
                 is_nan, value = store.sanitize_metric_value(m.value)
                 rows.append({"key": m.key, "value": value, "timestamp": m.timestamp,
                              "step": m.step, "is_nan": is_nan, "run": run_id})
-            session.execute(text(_INSERT_METRIC), rows)
-            session.execute(text(_LATEST), rows)
+            session.execute(_text(_INSERT_METRIC), rows)
+            session.execute(_text(_LATEST), rows)
         if tags:
-            session.execute(text(_TAG), [{"key": t.key, "value": t.value, "run": run_id}
+            session.execute(_text(_TAG), [{"key": t.key, "value": t.value, "run": run_id}
                                          for t in tags])
