@@ -25,16 +25,9 @@ from sweep.adapters.pydantic import skip_plugin_loader
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 skip_plugin_loader()
 
-__all__ = ["COMMAND_MODULES", "app", "main"]
+from sweep.cli.common import COMMAND_MODULES  # noqa: E402 - after the loader is replaced
 
-#: Each command's module under ``sweep.cli``; a test holds it to the commands each registers.
-COMMAND_MODULES = {
-    "run": "study", "worker": "study", "sync": "study", "validate": "spec", "schema": "spec",
-    "plan": "plan", "results": "results", "ui": "results", "dashboard": "results",
-    "analyze": "analyze", "train": "train", "sample": "train", "estimate": "estimate",
-    "coord-check": "coord", "submit": "cluster", "status": "cluster", "jobs": "cluster",
-    "logs": "cluster", "stop": "cluster",
-}
+__all__ = ["COMMAND_MODULES", "app", "main"]
 
 
 def _app(modules: Any) -> Any:
