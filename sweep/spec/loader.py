@@ -24,7 +24,7 @@ from sweep.errors import InputError
 from sweep.spec import rules
 from sweep.spec.domains import ChoiceDomain, FloatDomain, IntDomain
 from sweep.spec.schema import StudySpec
-from sweep.spec.sections import section_models
+from sweep.spec.sections import section_model_at, section_paths
 from sweep.spec.yaml_safe import read_yaml, yaml_problem
 
 
@@ -85,11 +85,11 @@ def _known_keys(loc: tuple[Any, ...]) -> list[str]:
 
     A study kind's section (`sweep.kinds`) is its own model at its path, and a key beside it.
     """
-    sections = section_models()
+    sections = section_paths()
     annotation: Any = StudySpec
     for depth, part in enumerate(loc):
         if loc[:depth + 1] in sections:
-            annotation = sections[loc[:depth + 1]]
+            annotation = section_model_at(loc[:depth + 1])
             continue
         if part in _TAGGED:
             annotation = _TAGGED[part]

@@ -55,7 +55,7 @@ def problems(spec: StudySpec) -> list[str]:
 
 def _check_kind(spec: StudySpec) -> list[str]:
     """The kind's own rules, and a section of another kind refused."""
-    from sweep.kinds import kinds
+    from sweep.kinds import kind_sections
 
     kind = spec.kind
     found = []
@@ -63,9 +63,9 @@ def _check_kind(spec: StudySpec) -> list[str]:
         found.append(f"search.n_trials: a {kind.name} study's trials are {kind.trials_from}; "
                      "remove it")
     found += kind.problems(spec)
-    for other in kinds():
-        if other != spec.kind and other.section and spec.section(other.section) is not None:
-            found.append(other.misplaced(spec.kind))
+    for path, load in kind_sections().items():
+        if path != kind.section and spec.section(path) is not None:
+            found.append(load().misplaced(kind))
     return found
 
 

@@ -23,7 +23,8 @@ from pydantic_core.core_schema import ErrorType
 if TYPE_CHECKING:
     from sweep.spec.schema import StudySpec
 
-__all__ = ["section_models", "section_of", "validate_with_sections"]
+__all__ = ["section_model_at", "section_models", "section_of", "section_paths",
+           "validate_with_sections"]
 
 
 #: pydantic-core's own error types; any other is a custom one (`PydanticCustomError`).
@@ -87,9 +88,9 @@ def validate_with_sections(cls: type[StudySpec], data: Any, handler: Any) -> Any
     """
     if not isinstance(data, dict):
         return handler(data)
-    from sweep.kinds import kind_of, kinds
+    from sweep.kinds import kind_of, kind_sections
 
-    sectioned = {kind.section: kind for kind in kinds() if kind.section}
+    sectioned = kind_sections()  # a kind is imported only when its section is given
     data = dict(data)
     raw = _take_sections(data, list(sectioned))
     top = {path for path in sectioned if "." not in path}
@@ -105,9 +106,10 @@ def validate_with_sections(cls: type[StudySpec], data: Any, handler: Any) -> Any
     except ValidationError as exc:
         errors += _details(exc)
     sections: dict[str, Any] = {}
-    for path, kind in sectioned.items():
+    for path, load in sectioned.items():
         if raw.get(path) is None:
             continue
+        kind = load()
         if kind.section_model is None:
             raise TypeError(f"study kind {kind.name!r} owns the section {path!r} but gives no "
                             "section_model to validate it")
@@ -156,3 +158,21 @@ def section_models() -> dict[tuple[str, ...], type[BaseModel]]:
 
     return {tuple(kind.section.split(".")): kind.section_model for kind in kinds()
             if kind.section and kind.section_model is not None}
+
+
+def section_model_at(path: tuple[str, ...]) -> type[BaseModel] | None:
+    """The section model of the kind owning the section at ``path`` (None: no kind owns it).
+
+    Only that kind is imported.
+    """
+    from sweep.kinds import kind_sections
+
+    load = kind_sections().get(".".join(path))
+    return None if load is None else load().section_model
+
+
+def section_paths() -> list[tuple[str, ...]]:
+    """Every registered kind's section path (``("search", "pbt")``), importing no kind."""
+    from sweep.kinds import kind_sections
+
+    return [tuple(path.split(".")) for path in kind_sections()]

@@ -150,9 +150,11 @@ print(json.dumps({"code": code, "loaded": sorted(m for m in WATCHED if m in sys.
 """
 #: The service's own modules a refusal at the spec's types has no use for: the search space,
 #: the cost model and the grids' shapes (about 30 ms of a refusal's imports); pydantic's plugin
-#: loader's importlib.metadata (`sweep.adapters.pydantic`); pickle (a corpus's meta.pkl).
+#: loader's importlib.metadata (`sweep.adapters.pydantic`); pickle (a corpus's meta.pkl); the
+#: study kinds, whose sections are named without importing them (`sweep.kinds.kind_sections`).
 WATCHED = ("sweep.space", "sweep_models.cost", "sweep.kinds.scaling.shapes", "rich",
-           "importlib.metadata", "pickle")
+           "importlib.metadata", "pickle", "sweep.kinds.scaling", "sweep.kinds.transfer",
+           "sweep.kinds.hparams")
 
 
 @pytest.mark.parametrize("command", ["validate", "run"])
@@ -162,3 +164,33 @@ def test_a_refusal_at_the_specs_types_loads_no_space_cost_model_or_rich(tmp_path
     result, stderr = _probe(f"WATCHED = {WATCHED!r}\n" + _MODULES, args, tmp_path)
     assert result == {"code": 2, "loaded": []}, stderr
     assert stderr.startswith("error: ") and "seq_len" in stderr, stderr
+
+
+def test_each_built_in_kinds_section_is_named_as_its_kind_names_it():
+    """`kind_sections` names the built-in kinds' sections without importing them: the names
+    it gives are the sections the imported kinds own, in the same order."""
+    from sweep.kinds import kind_sections, kinds
+
+    named = kind_sections()
+    assert list(named) == [kind.section for kind in kinds() if kind.section]
+    assert [load() for load in named.values()] == [kind for kind in kinds() if kind.section]
+
+
+def test_a_built_in_kind_with_a_section_selects_by_its_section():
+    """What lets `kind_of` leave a kind whose section a spec does not give unimported."""
+    from sweep.kinds import _SECTIONED, StudyKind, kinds
+
+    sectioned = [kind for kind in kinds() if type(kind).__module__ in _SECTIONED]
+    assert [kind.name for kind in sectioned] == ["scaling", "transfer", "hparams"]
+    assert all(type(kind).selects is StudyKind.selects for kind in sectioned)
+
+
+def test_a_bad_section_loads_only_its_own_kind(tmp_path):
+    """A section's problem is found with its kind's model; no other kind is imported."""
+    path = tmp_path / "bad-section.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, "transfer": {"widthz": [16, 32]}}))
+    probe = f"WATCHED = {WATCHED!r}\n" + _MODULES
+    result, stderr = _probe(probe, ["validate", path], tmp_path)
+    assert result["code"] == 2, stderr
+    assert result["loaded"] == ["sweep.kinds.transfer"], stderr
+    assert "transfer.widthz" in stderr and "did you mean 'widths'" in stderr, stderr
