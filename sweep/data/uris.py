@@ -29,11 +29,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
-from sweep.data import text
 from sweep.data.errors import DataError
+
+if TYPE_CHECKING:
+    from sweep.data import text
 
 __all__ = ["DEFAULT_CORPUS", "SCHEMES", "SYNTHETIC_TASKS", "BuiltinUri", "ParsedUri",
            "SyntheticUri", "TextUri", "TokensUri", "check_corpus", "declared_vocab", "parse_uri"]
@@ -128,6 +130,8 @@ def _text(uri: str, rest: str) -> TextUri:
     raw_path, _, query = rest.partition("?")
     if not raw_path.strip():
         raise DataError(f"corpus {uri!r}: text: needs a file or folder path")
+    from sweep.data import text  # imported for a text: corpus only
+
     try:
         globs = text.parse_query(query)
     except ValueError as exc:

@@ -11,9 +11,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sweep.simulate.law import LAWS
-
 __all__ = ["HparamLawSpec", "LawSpec", "Section", "SimulateSpec"]
+
+
+def _laws() -> tuple[str, ...]:
+    """The names of `sweep.simulate.law.LAWS` (imported only for a spec with a law)."""
+    from sweep.simulate.law import LAWS
+
+    return tuple(LAWS)
 
 
 class Section(BaseModel):
@@ -70,7 +75,7 @@ class SimulateSpec(Section):
         if isinstance(value, str | LawSpec):
             return value
         if not isinstance(value, dict):
-            raise ValueError(f"{value!r}: a law's name ({', '.join(LAWS)}) or a mapping of "
+            raise ValueError(f"{value!r}: a law's name ({', '.join(_laws())}) or a mapping of "
                              "E, A, B, alpha, beta (lr, batch_size optional)")
         try:
             return LawSpec.model_validate(value)
@@ -81,7 +86,7 @@ class SimulateSpec(Section):
     @field_validator("law")
     @classmethod
     def _known_law(cls, value: str | LawSpec) -> str | LawSpec:
-        if isinstance(value, str) and value not in LAWS:
-            raise ValueError(f"{value!r}: unknown law; choose from {', '.join(LAWS)} or give "
+        if isinstance(value, str) and value not in _laws():
+            raise ValueError(f"{value!r}: unknown law; choose from {', '.join(_laws())} or give "
                              "{E, A, B, alpha, beta}")
         return value

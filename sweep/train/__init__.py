@@ -3,9 +3,10 @@
 `TrainConfig` and its budget, the `Trainer` (loop, evaluation, checkpoints), what it reports
 (`Reporter`, `TrialResult`), optimizer, schedule and device.
 
-The config, budget and reporter names import without torch, so specs and search spaces can
-build and check thousands of configs cheaply; the torch-backed names (`Trainer`, `run_trial`,
-...) are imported on first use (PEP 562), as Ray Tune's ``tune.search`` does for its backends.
+The config and budget names import without torch, so specs and search spaces can build and
+check thousands of configs cheaply; the reporter's and the torch-backed names (`Trainer`,
+`run_trial`, ...) are imported on first use (PEP 562), as Ray Tune's ``tune.search`` does for
+its backends.
 """
 
 from sweep.lazy import lazy_getattr
@@ -18,9 +19,11 @@ from sweep.train.config import (
     TrainConfig,
     resolve_budget,
 )
-from sweep.train.reporter import NullReporter, Reporter, TrialResult
 
 _LAZY = {
+    "NullReporter": "sweep.train.reporter",
+    "Reporter": "sweep.train.reporter",
+    "TrialResult": "sweep.train.reporter",
     "Trainer": "sweep.train.trainer",
     "run_trial": "sweep.train.trainer",
     "CheckpointError": "sweep.train.checkpoint",

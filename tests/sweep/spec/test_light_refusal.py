@@ -151,10 +151,13 @@ print(json.dumps({"code": code, "loaded": sorted(m for m in WATCHED if m in sys.
 #: The service's own modules a refusal at the spec's types has no use for: the search space,
 #: the cost model and the grids' shapes (about 30 ms of a refusal's imports); pydantic's plugin
 #: loader's importlib.metadata (`sweep.adapters.pydantic`); pickle (a corpus's meta.pkl); the
-#: study kinds, whose sections are named without importing them (`sweep.kinds.kind_sections`).
+#: study kinds, whose sections are named without importing them (`sweep.kinds.kind_sections`);
+#: the text corpus reader, the trainer's reporter and the simulated laws, each imported by
+#: the one thing that needs it (a ``text:`` corpus, a trial, a ``simulate.law``).
 WATCHED = ("sweep.space", "sweep_models.cost", "sweep.kinds.scaling.shapes", "rich",
            "importlib.metadata", "pickle", "sweep.kinds.scaling", "sweep.kinds.transfer",
-           "sweep.kinds.hparams")
+           "sweep.kinds.hparams", "sweep.data.text", "sweep.train.reporter",
+           "sweep.simulate.law")
 
 
 @pytest.mark.parametrize("command", ["validate", "run"])
