@@ -19,8 +19,10 @@ follows Czech 2026 ("Problems with Chinchilla Approach 2", Open-Athena/scaling-l
 
 The grid is evaluated exactly but in closed form: from the weighted Gram matrix of the three
 columns, each of the 8 active sets' least-squares solution, the NNLS optimum being the best
-one that is non-negative (the KKT conditions of a 3-variable NNLS); the refinement and the final
-coefficients use `scipy.optimize.nnls` itself.
+one that is non-negative (the KKT conditions of a 3-variable NNLS); the fit's refinement and every
+final coefficient use `scipy.optimize.nnls` itself. Refits (a bootstrap's resamples,
+`weighted_refits`) run their Nelder-Mead searches together, scipy's steps on that closed-form
+objective for every resample at once (`sweep.scaling.vpnls_rows`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from sweep.scaling.bootstrap import (
 from sweep.scaling.law import PARAMS, check_points
 from sweep.scaling.parametric import ParametricFit
 from sweep.scaling.result import DEFAULT_LEVEL, FitError
+from sweep.scaling.vpnls_rows import MAX_COND, MAX_ENTRY, refine_rows
 
 __all__ = ["NELDER_MEAD_OPTIONS", "VPNLSFit", "VPNLS_BOUNDS", "VPNLS_GRID", "fit_vpnls",
            "weighted_refits"]
@@ -51,8 +54,6 @@ VPNLS_BOUNDS = (0.01, 0.99)
 #: Their Nelder-Mead options.
 NELDER_MEAD_OPTIONS = {"xatol": 1e-10, "fatol": 1e-15, "maxiter": 10_000}
 _TINY = 1e-6  # a coefficient below this was clamped by NNLS; an exponent this near a bound
-_MAX_ENTRY = 1e150  # the largest design or loss entry nnls is given: its square is finite
-_MAX_COND = 1e7  # the largest condition number of a design nnls is given (its Gram's: 1e14)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,24 +84,24 @@ def _design(alpha, beta, log_n, log_d, root_w):
 
 
 def _solvable(x, b) -> bool:
-    """Whether ``nnls(x, b)`` is safe: entries finite and at most `_MAX_ENTRY`, bounded condition.
+    """Whether ``nnls(x, b)`` is safe: entries finite and at most `MAX_ENTRY`, bounded condition.
 
-    Entries up to `_MAX_ENTRY` keep every square and sum of squares nnls forms finite. The
+    Entries up to `MAX_ENTRY` keep every square and sum of squares nnls forms finite. The
     condition number kappa is that of the 3 columns scaled to unit norm (scaling a column
     changes neither which NNLS solution is optimal nor the residual; an all-zero column, an
     underflowed power, counts as a unit column orthogonal to the others, which leaves kappa as
     it is). Their Gram matrix G has trace 3, so its eigenvalues are at most 3 and the smallest
     is at least det(G) / 9, whence kappa^2 <= 27 / det(G): a determinant of at least
-    27 / `_MAX_COND`^2 bounds kappa by `_MAX_COND`.
+    27 / `MAX_COND`^2 bounds kappa by `MAX_COND`.
     """
     largest = max(float(np.max(np.abs(x))), float(np.max(np.abs(b))))
-    if not largest <= _MAX_ENTRY:  # also False for nan
+    if not largest <= MAX_ENTRY:  # also False for nan
         return False
     g = (x.T @ x).tolist()
     norm = [math.sqrt(g[i][i]) or 1.0 for i in range(3)]
     c01, c02, c12 = (g[i][j] / (norm[i] * norm[j]) for i, j in ((0, 1), (0, 2), (1, 2)))
     det = 1 + 2 * c01 * c02 * c12 - c01**2 - c02**2 - c12**2
-    return det * _MAX_COND**2 >= 27
+    return det * MAX_COND**2 >= 27
 
 
 def _nnls(alpha, beta, log_n, log_d, y, root_w):
@@ -208,7 +209,7 @@ def fit_vpnls(n_params, n_tokens, loss, *, alpha_grid=VPNLS_GRID, beta_grid=VPNL
 
     Rows with a NaN or infinite value are dropped and listed in ``dropped``. Bootstrap:
     ``n_bootstrap`` refits on resampled points (or whole ``groups``), each the whole procedure
-    (grid, then Nelder-Mead) on the resample, the grid for all resamples at once.
+    (grid, then Nelder-Mead) on the resample, all resamples at once (`_refit_rows`).
 
     Args:
         n_params: Shape ``(n,)``: parameters N (> 0).
@@ -292,23 +293,44 @@ def _stderr(p, log_n, log_d, residuals):
     return {name: float(v) for name, v in zip(PARAMS, se, strict=True)}
 
 
+def _refit_rows(log_n, log_d, y, weights, pn, pd, grid_a, grid_b, options):
+    """The whole procedure once per row of ``weights`` (shape ``(R, n)``), the rows together.
+
+    Each row's grid (`_grid_rss`, in chunks that bound its memory), then Nelder-Mead from its
+    best point for all rows at once (`sweep.scaling.vpnls_rows.refine_rows`, scipy's steps), then
+    ``(E, A, B)`` by `_nnls` at each row's exponents, as `_fit_one` does for one.
+
+    Returns:
+        Shape ``(R, 5)``: ``E, A, B, alpha, beta`` (`PARAMS` order), and shape ``(R,)``: whether
+        each row's Nelder-Mead converged.
+    """
+    starts = np.empty((weights.shape[0], 2))
+    chunk = max(1, 200_000 // (grid_a.size * grid_b.size))
+    for start in range(0, weights.shape[0], chunk):
+        grids = _grid_rss(pn, pd, y, weights[start:start + chunk])
+        best = np.argmin(grids.reshape(grids.shape[0], -1), axis=1)
+        i, j = np.unravel_index(best, grids.shape[1:])
+        starts[start:start + chunk] = np.column_stack([grid_a[i], grid_b[j]])
+    sol = refine_rows(starts, log_n, log_d, y, weights, options)
+    out = np.empty((weights.shape[0], 5))
+    for k, ((alpha, beta), row) in enumerate(zip(sol.x, weights, strict=True)):
+        kept = row > 0
+        _, coef = _nnls(alpha, beta, log_n[kept], log_d[kept], y[kept], np.sqrt(row[kept]))
+        out[k] = (*coef, alpha, beta)
+    return out, sol.success
+
+
 def _bootstrap(n, d, log_n, log_d, y, pn, pd, grid_a, grid_b, n_bootstrap, seed, groups):
     counts = bootstrap_counts(n.size, n_bootstrap, seed, groups=groups).astype(float)
     table = np.full((n_bootstrap, 5), np.nan)
-    failed = {"degenerate": 0, "not_converged": 0}
-    chunk = max(1, 200_000 // (grid_a.size * grid_b.size))  # bounds the grids' memory
-    for start in range(0, n_bootstrap, chunk):
-        block = counts[start:start + chunk]
-        grids = _grid_rss(pn, pd, y, block)
-        for k, weights in enumerate(block):
-            drawn = weights > 0
-            if np.unique(n[drawn]).size < 2 or np.unique(d[drawn]).size < 2:
-                failed["degenerate"] += 1
-                continue
-            alpha, beta, _, coef, sol, _ = _fit_one(log_n, log_d, y, weights, pn, pd, grid_a,
-                                                    grid_b, grids[k])
-            failed["not_converged"] += int(not sol.success)
-            table[start + k] = (*coef, alpha, beta)
+    drawn = counts > 0
+    fine = np.array([np.unique(n[k]).size >= 2 and np.unique(d[k]).size >= 2 for k in drawn],
+                    dtype=bool)
+    failed = {"degenerate": int((~fine).sum()), "not_converged": 0}
+    if fine.any():
+        table[fine], success = _refit_rows(log_n, log_d, y, counts[fine], pn, pd, grid_a,
+                                           grid_b, NELDER_MEAD_OPTIONS)
+        failed["not_converged"] = int((~success).sum())
     return {name: table[:, i] for i, name in enumerate(PARAMS)}, failed
 
 
@@ -316,6 +338,8 @@ def weighted_refits(n_params, n_tokens, loss, weights, *,
                     xatol: float = NELDER_MEAD_OPTIONS["xatol"],
                     fatol: float = NELDER_MEAD_OPTIONS["fatol"]) -> np.ndarray:
     """The whole VPNLS procedure (grid, then Nelder-Mead) once per row of ``weights``.
+
+    The rows' searches run together (`_refit_rows`), each taking the steps it would alone.
 
     Args:
         n_params: Shape ``(n,)``: parameters N (finite, > 0).
@@ -336,13 +360,5 @@ def weighted_refits(n_params, n_tokens, loss, weights, *,
     grid_a = grid_b = np.asarray(VPNLS_GRID)
     log_n, log_d = np.log(n), np.log(d)
     pn, pd = np.exp(-np.outer(log_n, grid_a)), np.exp(-np.outer(log_d, grid_b))
-    out = np.empty((weights.shape[0], 5))
     options = {**NELDER_MEAD_OPTIONS, "xatol": xatol, "fatol": fatol}
-    chunk = max(1, 200_000 // (grid_a.size * grid_b.size))  # bounds the grids' memory
-    for start in range(0, weights.shape[0], chunk):
-        block = weights[start:start + chunk]
-        for k, (row, grid) in enumerate(zip(block, _grid_rss(pn, pd, y, block), strict=True)):
-            alpha, beta, _, coef, _, _ = _fit_one(log_n, log_d, y, row, pn, pd, grid_a, grid_b,
-                                                  grid, options)
-            out[start + k] = (*coef, alpha, beta)
-    return out
+    return _refit_rows(log_n, log_d, y, weights, pn, pd, grid_a, grid_b, options)[0]

@@ -117,8 +117,8 @@ def test_nnls_gets_only_finite_bounded_well_conditioned_designs(nnls_calls, data
     assert len(nnls_calls) > 50  # Nelder-Mead's whole search went through the guard
     for x, b in nnls_calls:
         assert np.all(np.isfinite(x)) and np.all(np.isfinite(b))
-        assert max(np.abs(x).max(), np.abs(b).max()) <= vpnls._MAX_ENTRY
-        assert _condition(x) <= vpnls._MAX_COND
+        assert max(np.abs(x).max(), np.abs(b).max()) <= vpnls.MAX_ENTRY
+        assert _condition(x) <= vpnls.MAX_COND
 
 
 def test_an_overflowing_design_gives_an_infinite_rss_without_calling_nnls(nnls_calls):
