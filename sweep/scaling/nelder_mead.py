@@ -19,15 +19,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import minimize
 
-__all__ = ["BatchedResult", "minimize_batched"]
+__all__ = ["TAIL", "BatchedResult", "minimize_batched"]
 
 _RHO, _CHI, _PSI, _SIGMA = 1, 2, 0.5, 0.5  # scipy's non-adaptive coefficients
 _NONZDELT, _ZDELT = 0.05, 0.00025  # scipy's start simplex
+#: Problems left when the rest are finished one at a time (`minimize_batched`'s ``one``).
+TAIL = 4
 
 #: ``objective(rows, x)``: the values, shape ``(m,)``, of problems ``rows`` (shape ``(m,)``, their
 #: indices among the starts) at points ``x`` (shape ``(m, N)``).
 Objective = Callable[[np.ndarray, np.ndarray], np.ndarray]
+#: ``one(r)``: problem ``r``'s objective of one point.
+One = Callable[[int], Callable[[np.ndarray], float]]
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,15 @@ def _sort(sim: np.ndarray, fsim: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def minimize_batched(objective: Objective, starts, *, xatol: float, fatol: float,
-                     maxiter: int) -> BatchedResult:
+                     maxiter: int, one: One | None = None) -> BatchedResult:
     """Minimise ``R`` problems by Nelder-Mead from ``starts`` (shape ``(R, N)``) together.
+
+    A batched call costs about what a few calls of one problem do; so once no more than
+    `TAIL` problems are left, each with a finite best value is finished by
+    `scipy.optimize.minimize` itself from its simplex (``initial_simplex``), on ``one(r)``, when
+    given: the same steps, one problem at a time. A step that gives a problem back its simplex and
+    values unchanged would be repeated until ``maxiter`` (`_unchanged`): the problem is given
+    its ``maxiter`` at once, at the same point and value scipy ends with.
 
     Args:
         objective: ``objective(rows, x)`` (`Objective`): the values of problems ``rows`` at
@@ -71,6 +83,8 @@ def minimize_batched(objective: Objective, starts, *, xatol: float, fatol: float
         xatol: scipy's ``xatol``.
         fatol: scipy's ``fatol``.
         maxiter: scipy's ``maxiter`` (``maxfev`` unbounded).
+        one: ``one(r)``: problem ``r``'s objective of one point (shape ``(N,)``) to a float, the
+            same function as ``objective``'s row ``r``.
 
     Returns:
         The `BatchedResult`, row ``r`` what ``minimize(f_r, starts[r], method="Nelder-Mead",
@@ -96,11 +110,43 @@ def minimize_batched(objective: Objective, starts, *, xatol: float, fatol: float
         if not go.any():
             break
         idx, s, f = idx[go], s[go], f[go]
-        s, f = _step(objective, idx, s, f, n)
+        if one is not None and idx.size <= TAIL:
+            alone = np.isfinite(f[:, 0])  # a finite best never gets stuck
+            for r in idx[alone]:
+                _finish_alone(one(int(r)), r, sim, fsim, nit, xatol, fatol, maxiter)
+            active[idx[alone]] = False
+            idx, s, f = idx[~alone], s[~alone], f[~alone]
+            if not idx.size:
+                break
+        s_new, f_new = _sort(*_step(objective, idx, s, f, n))
         nit[idx] += 1
-        sim[idx], fsim[idx] = _sort(s, f)
+        nit[idx[_unchanged(s, f, s_new, f_new)]] = maxiter
+        sim[idx], fsim[idx] = s_new, f_new
     return BatchedResult(x=sim[:, 0].copy(), fun=np.min(fsim, axis=1), nit=nit,
                          success=nit < maxiter)
+
+
+def _unchanged(s, f, s_new, f_new):
+    """Problems whose step gave back the very simplex and values (NaN equal to NaN).
+
+    The steps being deterministic, scipy's next ones would too, until ``maxiter``: a simplex of
+    non-finite values shrunk as far as floating point goes, around a start where every design
+    is refused, never passes the ``fatol`` test and never moves again.
+    """
+    same_f = (f_new == f) | (np.isnan(f_new) & np.isnan(f))
+    return (s_new == s).all(axis=(1, 2)) & same_f.all(axis=1)
+
+
+def _finish_alone(f, r, sim, fsim, nit, xatol, fatol, maxiter):
+    """Problem ``r`` continued by scipy from its simplex; its rows of the arrays updated.
+
+    scipy counts the given simplex as iteration 1: the iterations left are ``maxiter - nit``.
+    """
+    res = minimize(f, sim[r, 0], method="Nelder-Mead", options={
+        "xatol": xatol, "fatol": fatol, "maxiter": int(maxiter - nit[r] + 1),
+        "initial_simplex": sim[r]})
+    nit[r] += res.nit - 1
+    sim[r, 0], fsim[r] = res.x, res.fun  # all that is read of the problem after
 
 
 def _step(objective: Objective, idx, s, f, n):

@@ -297,8 +297,9 @@ def _refit_rows(log_n, log_d, y, weights, pn, pd, grid_a, grid_b, options):
     """The whole procedure once per row of ``weights`` (shape ``(R, n)``), the rows together.
 
     Each row's grid (`_grid_rss`, in chunks that bound its memory), then Nelder-Mead from its
-    best point for all rows at once (`sweep.scaling.vpnls_rows.refine_rows`, scipy's steps), then
-    ``(E, A, B)`` by `_nnls` at each row's exponents, as `_fit_one` does for one.
+    best point for all rows at once (`sweep.scaling.vpnls_rows.refine_rows`, scipy's steps; the
+    last few rows finished one by one on `_nnls`), then ``(E, A, B)`` by `_nnls` at each row's
+    exponents, as `_fit_one` does for one.
 
     Returns:
         Shape ``(R, 5)``: ``E, A, B, alpha, beta`` (`PARAMS` order), and shape ``(R,)``: whether
@@ -311,7 +312,12 @@ def _refit_rows(log_n, log_d, y, weights, pn, pd, grid_a, grid_b, options):
         best = np.argmin(grids.reshape(grids.shape[0], -1), axis=1)
         i, j = np.unravel_index(best, grids.shape[1:])
         starts[start:start + chunk] = np.column_stack([grid_a[i], grid_b[j]])
-    sol = refine_rows(starts, log_n, log_d, y, weights, options)
+    def one(r):
+        kept = weights[r] > 0
+        args = (log_n[kept], log_d[kept], y[kept], np.sqrt(weights[r][kept]))
+        return lambda x: _nnls(x[0], x[1], *args)[0]
+
+    sol = refine_rows(starts, log_n, log_d, y, weights, options, one)
     out = np.empty((weights.shape[0], 5))
     for k, ((alpha, beta), row) in enumerate(zip(sol.x, weights, strict=True)):
         kept = row > 0

@@ -19,7 +19,7 @@ import itertools
 
 import numpy as np
 
-from sweep.scaling.nelder_mead import BatchedResult, minimize_batched
+from sweep.scaling.nelder_mead import BatchedResult, One, minimize_batched
 
 __all__ = ["MAX_COND", "MAX_ENTRY", "nnls_rss_rows", "refine_rows"]
 
@@ -33,20 +33,19 @@ def _solve(c, t, subset):
     if len(subset) == 1:
         (i,) = subset
         det = c[:, i, i]
-        return (t[:, i] / det)[:, None], det
+        return [t[:, i] / det], det
     if len(subset) == 2:
         i, j = subset
         det = c[:, i, i] * c[:, j, j] - c[:, i, j] ** 2
         ui = (t[:, i] * c[:, j, j] - t[:, j] * c[:, i, j]) / det
         uj = (t[:, j] * c[:, i, i] - t[:, i] * c[:, i, j]) / det
-        return np.stack([ui, uj], axis=1), det
-    det = np.linalg.det(c)
-    cols = []
-    for k in range(3):
-        ck = c.copy()
-        ck[:, :, k] = t
-        cols.append(np.linalg.det(ck) / det)
-    return np.stack(cols, axis=1), det
+        return [ui, uj], det
+    cof = [[c[:, (i + 1) % 3, (j + 1) % 3] * c[:, (i + 2) % 3, (j + 2) % 3]
+            - c[:, (i + 1) % 3, (j + 2) % 3] * c[:, (i + 2) % 3, (j + 1) % 3] for j in range(3)]
+           for i in range(3)]
+    det = c[:, 0, 0] * cof[0][0] + c[:, 0, 1] * cof[0][1] + c[:, 0, 2] * cof[0][2]
+    return [(cof[0][k] * t[:, 0] + cof[1][k] * t[:, 1] + cof[2][k] * t[:, 2]) / det
+            for k in range(3)], det
 
 
 def nnls_rss_rows(alpha, beta, log_n, log_d, y, weights) -> np.ndarray:
@@ -85,18 +84,22 @@ def nnls_rss_rows(alpha, beta, log_n, log_d, y, weights) -> np.ndarray:
         best = np.einsum("mk,mk->m", b, b)  # the empty active set: all coefficients 0
         for subset in _SETS:
             u, d = _solve(c, t, subset)
-            r = b - np.einsum("mi,mik->mk", u, z[:, list(subset)])
+            r = b.copy()
+            ok = d > 0
+            for i, ui in zip(subset, u, strict=True):
+                r -= ui[:, None] * z[:, i]
+                ok &= ui >= 0
             rss = np.einsum("mk,mk->m", r, r)
-            ok = np.all(u >= 0, axis=1) & (d > 0) & np.isfinite(rss)
             best = np.where(ok & (rss < best), rss, best)
     return np.where(solvable, best, np.inf)
 
 
-def refine_rows(starts, log_n, log_d, y, weights, options) -> BatchedResult:
+def refine_rows(starts, log_n, log_d, y, weights, options, one: One) -> BatchedResult:
     """Nelder-Mead over (alpha, beta) from ``starts`` (shape ``(m, 2)``) for each weight row.
 
     ``options`` are scipy's (``xatol``, ``fatol``, ``maxiter``); row ``r`` of the result is what
-    ``scipy.optimize.minimize`` gives on the objective `nnls_rss_rows` of ``weights[r]``.
+    ``scipy.optimize.minimize`` gives on the objective `nnls_rss_rows` of ``weights[r]``;
+    ``one(r)`` is that objective of one point, for the last rows (`minimize_batched`).
     """
     weights = np.asarray(weights, dtype=float)
 
@@ -104,4 +107,4 @@ def refine_rows(starts, log_n, log_d, y, weights, options) -> BatchedResult:
         return nnls_rss_rows(x[:, 0], x[:, 1], log_n, log_d, y, weights[rows])
 
     return minimize_batched(objective, starts, xatol=options["xatol"], fatol=options["fatol"],
-                            maxiter=options["maxiter"])
+                            maxiter=options["maxiter"], one=one)

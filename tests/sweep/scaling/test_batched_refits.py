@@ -30,14 +30,23 @@ def _walled(v):
     return float((v[0] - 1) ** 2 + 3 * (v[1] - 0.5) ** 2 + 0.1 * v[0] * v[1] + v[2] ** 4)
 
 
+def _refused(v):
+    """Infinite beyond 0.5, where a start's whole simplex shrinks to a point it never leaves."""
+    return math.inf if v[0] > 0.5 else float((v[0] - 0.2) ** 2 + (v[1] + 1) ** 2)
+
+
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # scipy's inf - inf
+@pytest.mark.parametrize("tail_alone", [False, True])
 @pytest.mark.parametrize(("f", "dim", "maxiter"), [(rosen, 2, 10_000), (rosen, 2, 25),
-                                                   (_walled, 3, 1_000)])
-def test_the_batched_nelder_mead_takes_scipys_steps(f, dim, maxiter):
+                                                   (_walled, 3, 1_000),
+                                                   (_refused, 2, 2_000)])
+def test_the_batched_nelder_mead_takes_scipys_steps(f, dim, maxiter, tail_alone):
     starts = np.random.default_rng(0).normal(0, 2, (12, dim))
     starts[0] = 0.0  # scipy's start simplex moves a 0 by 0.00025, not 5%
     options = {"xatol": 1e-10, "fatol": 1e-15, "maxiter": maxiter}
-    got = minimize_batched(_one_by_one(f), starts, **options)
+    # the last TAIL problems finished by scipy from their simplexes, or batched to the end
+    one = (lambda r: f) if tail_alone else None
+    got = minimize_batched(_one_by_one(f), starts, **options, one=one)
     for k, start in enumerate(starts):
         ref = minimize(f, start, method="Nelder-Mead", options=options)
         np.testing.assert_array_equal(got.x[k], ref.x)
@@ -75,7 +84,7 @@ def test_a_bootstrap_makes_one_scipy_search_and_a_few_hundred_batched_evaluation
         searches.append(1)
         return real_minimize(*args, **kwargs)
 
-    def counted_rows(starts, log_n, log_d, y, weights, options):
+    def counted_rows(starts, log_n, log_d, y, weights, options, one):
         evaluations.append(0)
         from sweep.scaling import vpnls_rows
 
@@ -84,7 +93,8 @@ def test_a_bootstrap_makes_one_scipy_search_and_a_few_hundred_batched_evaluation
             return nnls_rss_rows(x[:, 0], x[:, 1], log_n, log_d, y, weights[rows])
 
         return vpnls_rows.minimize_batched(objective, starts, xatol=options["xatol"],
-                                           fatol=options["fatol"], maxiter=options["maxiter"])
+                                           fatol=options["fatol"], maxiter=options["maxiter"],
+                                           one=one)
 
     monkeypatch.setattr(vpnls, "minimize", counted_minimize)
     monkeypatch.setattr(vpnls, "refine_rows", counted_rows)
