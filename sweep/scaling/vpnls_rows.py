@@ -81,17 +81,34 @@ def nnls_rss_rows(alpha, beta, log_n, log_d, y, weights) -> np.ndarray:
         solvable = fine & (det * MAX_COND**2 >= 27)
         z = x / norm[:, :, None]
         t = np.einsum("mik,mk->mi", z, b)
-        best = np.einsum("mk,mk->m", b, b)  # the empty active set: all coefficients 0
-        for subset in _SETS:
-            u, d = _solve(c, t, subset)
-            r = b.copy()
-            ok = d > 0
-            for i, ui in zip(subset, u, strict=True):
-                r -= ui[:, None] * z[:, i]
-                ok &= ui >= 0
-            rss = np.einsum("mk,mk->m", r, r)
-            best = np.where(ok & (rss < best), rss, best)
+        # The three columns' least squares, when non-negative, is the NNLS optimum itself (no
+        # active set does better): the other sets only for the rows where it is not.
+        best, ok = _set_rss(c, t, z, b, _SETS[-1])
+        rest = np.flatnonzero(~ok)
+        if rest.size:
+            c, t, z, b = c[rest], t[rest], z[rest], b[rest]
+            low = np.einsum("mk,mk->m", b, b)  # the empty active set: all coefficients 0
+            for subset in _SETS[:-1]:
+                rss, ok = _set_rss(c, t, z, b, subset)
+                low = np.where(ok & (rss < low), rss, low)
+            best[rest] = low
     return np.where(solvable, best, np.inf)
+
+
+def _set_rss(c, t, z, b, subset):
+    """Each row's residual sum of squares on the active set ``subset``, and whether it counts.
+
+    It counts when the set's least-squares coefficients are all non-negative, its Gram block
+    non-singular and the sum finite.
+    """
+    u, d = _solve(c, t, subset)
+    r = b.copy()
+    ok = d > 0
+    for i, ui in zip(subset, u, strict=True):
+        r -= ui[:, None] * z[:, i]
+        ok &= ui >= 0
+    rss = np.einsum("mk,mk->m", r, r)
+    return rss, ok & np.isfinite(rss)
 
 
 def refine_rows(starts, log_n, log_d, y, weights, options, one: One) -> BatchedResult:

@@ -31,7 +31,7 @@ def differ_beyond_intervals(x, x_interval, y, y_interval):
                                         math.log(y_interval[1] / y))
 
 
-@pytest.mark.slow  # 100 studies, each VPNLS and approach 2 with 100 bootstrap refits: 26-36 s
+@pytest.mark.slow  # 100 studies, each VPNLS and approach 2 with 100 bootstrap refits: 20 s
 def test_the_interval_covers_the_true_n_opt_and_every_parting_is_noted():
     """Four designs in turn: centred or drifting (1x -> 3x N_opt), 1% or 0.2% noise."""
     designs = [((1.0, 1.0), 0.01), ((1.0, 3.0), 0.01), ((1.0, 1.0), 0.002), ((1.0, 3.0), 0.002)]
