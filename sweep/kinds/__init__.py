@@ -60,7 +60,7 @@ def kind_sections() -> dict[str, Callable[[], StudyKind]]:
     In `kinds`' order; a built-in kind is imported only when its loader is called.
     """
     out: dict[str, Callable[[], StudyKind]] = {
-        section: partial(_load, module) for module, section in _SECTIONED.items() if section}
+        section: partial(_load, module) for module, section in _SECTIONED.items()}
     out.update({kind.section: partial(_given, kind) for kind in _plugins if kind.section})
     out.update({section: partial(_load, module) for module, section in _FALLBACK.items()
                 if section})
@@ -110,7 +110,7 @@ def kind_of(spec: StudySpec) -> StudyKind:
     this), so one whose section ``spec`` does not give is not imported.
     """
     loads = [partial(_load, module) for module, section in _SECTIONED.items()
-             if section is None or spec.section(section) is not None]
+             if spec.section(section) is not None]
     loads += [partial(_given, kind) for kind in _plugins]
     loads += [partial(_load, module) for module in _FALLBACK]
     return next(kind for kind in (load() for load in loads) if kind.selects(spec))
