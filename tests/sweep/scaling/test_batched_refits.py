@@ -53,6 +53,24 @@ def test_the_batched_nelder_mead_takes_scipys_steps(f, dim, maxiter, tail_alone)
         assert (got.fun[k], got.nit[k], got.success[k]) == (ref.fun, ref.nit, ref.success), k
 
 
+def _nan_beside(v):
+    """NaN right of 1.02: the start simplex of (1, 1) holds a NaN vertex beside finite ones."""
+    return math.nan if v[0] > 1.02 else float(v[0] ** 2 + v[1] ** 2)
+
+
+@pytest.mark.parametrize("maxiter", [1, 2, 3])
+def test_a_simplex_stopped_beside_a_nan_vertex_gives_the_value_scipy_gives(maxiter):
+    """scipy's ``fun`` is ``np.min`` of the last simplex's values: NaN while a vertex is NaN."""
+    options = {"xatol": 1e-10, "fatol": 1e-15, "maxiter": maxiter}
+    starts = np.array([[1.0, 1.0], [0.5, -0.5]])
+    got = minimize_batched(_one_by_one(_nan_beside), starts, **options)
+    for k, start in enumerate(starts):
+        ref = minimize(_nan_beside, start, method="Nelder-Mead", options=options)
+        np.testing.assert_array_equal(got.x[k], ref.x)
+        np.testing.assert_array_equal(got.fun[k], ref.fun)  # NaN equal to NaN
+        assert (got.nit[k], got.success[k]) == (ref.nit, ref.success), k
+
+
 def test_the_batched_objective_is_scipys_nnls_and_refuses_what_the_guard_refuses():
     frame = isoflop_frame(dict(CHINCHILLA, alpha=0.25, beta=0.5), noise=0.01, seed=1)
     n, d, y = (frame[c].to_numpy(float) for c in ("n_params", "n_tokens", "loss"))
