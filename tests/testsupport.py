@@ -139,16 +139,21 @@ def tiny_spec(name, **sections):
 
 def cli_probe(heavy):
     """A ``python -c`` script: run ``sweep ARGS...`` in-process, then print one JSON line with
-    the exit code and which of the modules ``heavy`` got imported."""
+    the exit code and which of the modules ``heavy`` got imported (``seen``: every module the
+    command imported). Its exit handler keeps a refusal from ending the process before it
+    prints (`sweep.cli.end_refusal`)."""
     return f"""
-import json, runpy, sys
+import atexit, runpy, sys
+atexit.register(lambda: None)
 sys.argv = ["sweep", *sys.argv[1:]]
 code = None
 try:
     runpy.run_module("sweep.cli", run_name="__main__")
 except SystemExit as exc:
     code = exc.code
-loaded = sorted(m for m in {tuple(heavy)!r} if m in sys.modules)
+seen = set(sys.modules)  # what the command imported (not json, imported below to print)
+loaded = sorted(m for m in {tuple(heavy)!r} if m in seen)
+import json
 print(json.dumps({{"code": code, "loaded": loaded}}))
 """
 

@@ -9,15 +9,21 @@ The program (`main`: ``sweep``, ``python -m sweep.cli``) imports only the module
 command its command line names (`COMMAND_MODULES`), and every module for help, completion or
 a name it does not know. ``sweep.cli.app`` is the app with every command registered.
 
+A refusal (exit status 2) ends the process as soon as its message is out when nothing is left to
+clean up (`end_refusal`): the interpreter's teardown, which frees every module and collects
+garbage once more, is 6% of a refusal's CPU time and changes nothing outside the process.
+
 The command line runs without pydantic plugins unless ``PYDANTIC_DISABLE_PLUGINS`` is set:
 finding them reads the entry points of every installed distribution, about 15 ms of a refusal's
 CPU time in an environment with MLflow, Ray and torch installed; and without pydantic's plugin
 loader, whose imports cost as much again (`sweep.adapters.pydantic.skip_plugin_loader`).
 """
 
+import atexit
 import importlib
 import os
 import sys
+import threading
 from typing import Any
 
 from sweep.adapters.pydantic import skip_plugin_loader
@@ -44,9 +50,34 @@ def main() -> None:
     args = sys.argv[1:2]
     module = COMMAND_MODULES.get(args[0]) if args else None
     if module is None or any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ):
-        _app(sorted(set(COMMAND_MODULES.values())))()
+        modules = sorted(set(COMMAND_MODULES.values()))
     else:
-        _app([module])()
+        modules = [module]
+    try:
+        _app(modules)()
+    except SystemExit as exc:
+        if exc.code == 2:
+            end_refusal()
+        raise
+
+
+def end_refusal() -> None:
+    """End the process now with status 2 if nothing waits for the interpreter's teardown.
+
+    That is: no exit handler registered (`atexit`: MLflow, Ray, logging and multiprocessing
+    register theirs on import) and no thread but this one. Bad input is refused before anything
+    is opened or written, so the teardown would only free memory; the two standard streams are
+    flushed, then `os._exit`. Otherwise it returns, and the process ends as usual.
+    """
+    pending = getattr(atexit, "_ncallbacks", lambda: 1)()
+    if pending or threading.active_count() > 1:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed stream: end as usual, which reports nothing
+            return
+    os._exit(2)
 
 
 def __getattr__(name: str) -> Any:

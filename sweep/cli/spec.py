@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -10,7 +9,6 @@ import typer
 from sweep.cli import common
 from sweep.cli.common import app, as_bad_input, bad_input
 from sweep.cli.inputs import check_study_inputs
-from sweep.folder import StudyFolder
 from sweep.schema import METRIC_BASELINE
 from sweep.train.peaks import DEFAULT_GPU, DEFAULT_MFU, PEAK_FLOPS, named_gpu
 
@@ -31,6 +29,8 @@ def schema(
     first line) and an editor checks a spec as it is typed; ``sweep validate`` also checks the
     rules across fields.
     """
+    import json
+
     from sweep.spec.reference import json_schema, reference_markdown
 
     if markdown:
@@ -62,12 +62,16 @@ def validate(
     (``data.uri``), an unknown ``--gpu``, or a space in which no sampled config is valid and
     feasible.
     """
-    from sweep.kinds import Described
-    from sweep.spec import load_spec, spec_hash
-    from sweep.spec.from_study import resolve_lr
+    from sweep.spec import load_spec
 
     at = named_gpu(gpu, mfu)
     spec = load_spec(spec_path)
+    import json  # what a valid spec needs, imported only for one
+
+    from sweep.kinds import Described
+    from sweep.spec import spec_hash
+    from sweep.spec.from_study import resolve_lr
+
     # As sweep run would: the law a started study keeps (its default folder), else the source's.
     spec, law_notes = resolve_lr(spec, spec.default_output_dir())
     check_study_inputs(spec, device=device)
@@ -173,6 +177,7 @@ def _inspect_corpus(spec: StudySpec) -> Corpus | None:
     second per 15 MB on one core).
     """
     from sweep.data import DataError, inspect_corpus
+    from sweep.folder import StudyFolder
 
     with as_bad_input("data.uri", DataError):
         return inspect_corpus(spec.data.uri, vocab_size=spec.data.vocab_size,

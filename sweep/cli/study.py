@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 import sys
@@ -14,7 +13,6 @@ import typer
 from sweep.cli import common
 from sweep.cli.common import app, as_bad_input, bad_input
 from sweep.cli.inputs import check_study_inputs, load_study_spec
-from sweep.folder import StudyFolder
 from sweep.redact import redact, shown_uri
 from sweep.schema import (
     METRIC_BASELINE,
@@ -119,6 +117,8 @@ def _report(summary: StudySummary, spec: StudySpec, *, as_json: bool, quiet: boo
     """The run's summary (one JSON line, the top trials, or the notes); exit 1 if none completed."""
     counts = {k.lower(): v for k, v in summary.counts.items() if v}
     if as_json:
+        import json
+
         print(redact(json.dumps({
             "study": summary.name, "state": summary.state, "counts": counts,
             METRIC_BEST_VAL_LOSS: summary.best_val_loss if math.isfinite(summary.best_val_loss)
@@ -193,6 +193,8 @@ def _check_joinable(spec: StudySpec, tracking_uri: str, parent_run_id: str) -> N
     Reads the parent run's ``spec.yaml`` and applies `sweep.spec.check_resume_compatible`, with
     the message ``sweep run`` gives; the allowed differences are printed as warnings.
     """
+    import json
+
     from sweep.spec.resume import check_resume_compatible
     from sweep.tracking import StoredSpecError, read_stored_spec
 
@@ -251,6 +253,8 @@ def worker(
                   f"{shown_uri(storage)}; start it with sweep run (with the "
                   "same storage and --out)")
     _check_joinable(spec, uri, found[1])
+    from sweep.folder import StudyFolder
+
     ctx = StudyContext(spec, out_dir, TrialContext(uri, *found,
                                                    buffer_dir=str(StudyFolder(out_dir).buffer)),
                        device=device)
@@ -312,8 +316,10 @@ def sync(
     """
     if not Path(study_dir).is_dir():
         bad_input(f"STUDY_DIR {study_dir}: not a folder")
-    buffer = StudyFolder(Path(study_dir)).buffer
+    from sweep.folder import StudyFolder
     from sweep.tracking.buffer import scan
+
+    buffer = StudyFolder(Path(study_dir)).buffer
 
     files, refused = scan(buffer)
     for path, reason in refused:

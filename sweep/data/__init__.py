@@ -9,22 +9,25 @@ are held out, keeping near-duplicates (`sweep.data.near_duplicates`) on one side
 `check_corpus` checks a URI's scheme, parameters and paths in milliseconds, without reading the
 corpus; `inspect_corpus` reads it without writing.
 
-The URI checks and `DataError` import without numpy, so a spec is read and refused without
-it; the names backed by numpy (`Corpus`, `load_corpus`, ...) are imported on first use
-(PEP 562), as `sweep.train` does for torch.
+The schemes' names (`sweep.data.schemes`) and `DataError` import alone, so a spec's fields are
+checked without the URI parsers; `check_corpus` and the names backed by numpy (`Corpus`,
+`load_corpus`, ...) are imported on first use (PEP 562), as `sweep.train` does for torch. The
+URI checks import without numpy, so a spec is read and refused without it.
 """
 
 from typing import TYPE_CHECKING
 
 from sweep.data.errors import DataError
-from sweep.data.uris import DEFAULT_CORPUS, SCHEMES, check_corpus
+from sweep.data.schemes import DEFAULT_CORPUS, SCHEMES
 from sweep.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from sweep.data.cache import INSPECT_MAX_BYTES, inspect_corpus, load_corpus
     from sweep.data.corpus import VAL_FRACTION, Corpus, unigram_entropy
+    from sweep.data.uris import check_corpus
 
 _LAZY = {
+    "check_corpus": "sweep.data.uris",
     "INSPECT_MAX_BYTES": "sweep.data.cache",
     "inspect_corpus": "sweep.data.cache",
     "load_corpus": "sweep.data.cache",

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from sweep.data.errors import DataError
+from sweep.data.schemes import DEFAULT_CORPUS, SCHEMES
 
 if TYPE_CHECKING:
     from sweep.data import text
@@ -40,9 +41,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_CORPUS", "SCHEMES", "SYNTHETIC_TASKS", "BuiltinUri", "ParsedUri",
            "SyntheticUri", "TextUri", "TokensUri", "check_corpus", "declared_vocab", "parse_uri"]
 
-#: URI schemes of corpora, in the order the docs list them.
-SCHEMES = ("builtin", "text", "tokens", "synthetic")
-DEFAULT_CORPUS = "builtin:python-stdlib"
 STDLIB_MAX_BYTES = 4_000_000
 _SYNTHETIC_COMMON = {"vocab": int, "seed": int, "tokens": int}
 #: Each synthetic task's parameters and their types.

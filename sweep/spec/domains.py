@@ -9,7 +9,6 @@ A domain with ``when`` is only sampled while every named field takes one of the 
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -33,6 +32,8 @@ def _as_list(value: Any) -> list[Any]:
 
 def _identity(value: Any) -> str:
     """A choice as JSON, so that 1, 1.0 and true differ and equal lists agree."""
+    import json  # only for a spec with choices
+
     try:
         return json.dumps(value, sort_keys=True, default=repr)
     except TypeError:  # a mapping with keys of several types cannot be sorted

@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sweep.data.uris import SCHEMES
+from sweep.data.schemes import SCHEMES
 from sweep.schema import COST_METRICS, METRIC_VAL_LOSS
-from sweep.train.config import LIVE_HPARAMS
+from sweep.train.choices import LIVE_HPARAMS
 
 __all__ = ["ARCH_FIELDS", "DATA_SCHEMES", "DERIVED_MODEL_KEYS", "FIELD_RULES", "MAX_TOKENS",
            "OBJECTIVES", "PARAMETRIZATION_FIELDS", "PBT_MUTABLE", "RDB_SCHEMES", "SHAPE_FIELDS",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 import types
 import typing
 from collections.abc import Iterable
@@ -21,7 +20,6 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from sweep.errors import InputError
-from sweep.spec import rules
 from sweep.spec.domains import ChoiceDomain, FloatDomain, IntDomain
 from sweep.spec.schema import StudySpec
 from sweep.spec.sections import section_model_at, section_paths
@@ -166,6 +164,8 @@ def parse_spec(data: Any, source: str | Path | None = None) -> StudySpec:
         spec = StudySpec.model_validate(_integral_floats_to_int(data))
     except ValidationError as exc:
         raise SpecError([_problem(err) for err in exc.errors()], source) from None
+    from sweep.spec import rules  # the cross-field rules: only for fields that are each valid
+
     problems = rules.problems(spec)
     if problems:
         raise SpecError(problems, source)
@@ -230,6 +230,8 @@ def spec_hash(spec: StudySpec) -> str:
     Two files that differ only in key order, comments, number spelling (``2e5`` vs ``200000``)
     or the description hash the same.
     """
+    import json  # a spec's hash is taken only once it is valid
+
     data = spec.model_dump(mode="json", by_alias=True, exclude={"description"},
                            exclude_none=True)
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"))

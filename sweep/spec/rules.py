@@ -35,7 +35,7 @@ from sweep.spec.values import (
     section_defaults,
     unknown_key,
 )
-from sweep.train.config import BUDGET_FIELDS as _BUDGET_FIELDS
+from sweep.train.choices import BUDGET_FIELDS as _BUDGET_FIELDS
 from sweep_models.presets import PRESETS
 
 __all__ = ["ordered", "problems", "resolve_ref", "section_defaults"]

@@ -22,13 +22,12 @@ from pydantic import (
     model_validator,
 )
 
-from sweep.folder import StudyFolder
 from sweep.schema import METRIC_VAL_LOSS
 from sweep.spec.domains import Param, SpecParam
 from sweep.spec.fields import DATA_SCHEMES, MAX_TOKENS, OBJECTIVES
 from sweep.spec.sections import section_of, validate_with_sections
 from sweep.spec.simulate import Section, SimulateSpec
-from sweep.train.config import BUDGET_FIELDS as _BUDGET_FIELDS
+from sweep.train.choices import BUDGET_FIELDS as _BUDGET_FIELDS
 
 if TYPE_CHECKING:
     from sweep.kinds import StudyKind
@@ -280,6 +279,8 @@ class StudySpec(BaseModel):
 
     def storage_url(self, out_dir: str | Path) -> str:
         """Optuna storage: the spec's RDB URL or journal file, else ``<out>/optuna.journal``."""
+        from sweep.folder import StudyFolder  # imported for a valid spec only
+
         return self.search.storage or str(StudyFolder(Path(out_dir)).journal)
 
     def tracking_uri(self, out_dir: str | Path) -> str:
@@ -287,6 +288,8 @@ class StudySpec(BaseModel):
 
         The last is ``sqlite:///<out>/mlflow.db`` with an absolute path.
         """
+        from sweep.folder import StudyFolder
+
         return (self.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
                 or StudyFolder(Path(out_dir)).tracking_uri())
 
@@ -302,6 +305,8 @@ class StudySpec(BaseModel):
 
     def default_output_dir(self) -> Path:
         """The study's folder unless ``--out`` names one: ``./runs/<name>``."""
+        from sweep.folder import StudyFolder
+
         return StudyFolder.default(self.name).root
 
 

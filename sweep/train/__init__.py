@@ -4,23 +4,28 @@
 (`Reporter`, `TrialResult`), optimizer, schedule and device.
 
 The config and budget names import without torch, so specs and search spaces can build and
-check thousands of configs cheaply; the reporter's and the torch-backed names (`Trainer`,
-`run_trial`, ...) are imported on first use (PEP 562), as Ray Tune's ``tune.search`` does for
-its backends.
+check thousands of configs cheaply; every name but the field choices (`sweep.train.choices`),
+the config's as well as the reporter's and the torch-backed ones (`Trainer`, `run_trial`, ...),
+is imported on first use (PEP 562), as Ray Tune's ``tune.search`` does for its backends.
 """
 
+from typing import TYPE_CHECKING
+
 from sweep.lazy import lazy_getattr
-from sweep.train.config import (
-    BUDGET_FIELDS,
-    LIVE_HPARAMS,
-    PRECISIONS,
-    SCHEDULES,
-    Budget,
-    TrainConfig,
-    resolve_budget,
-)
+from sweep.train.choices import BUDGET_FIELDS, LIVE_HPARAMS, PRECISIONS, SCHEDULES
+
+if TYPE_CHECKING:
+    from sweep.train.checkpoint import CheckpointError
+    from sweep.train.config import Budget, TrainConfig, resolve_budget
+    from sweep.train.hardware import pick_device
+    from sweep.train.optim import build_adamw
+    from sweep.train.reporter import NullReporter, Reporter, TrialResult
+    from sweep.train.trainer import Trainer, run_trial
 
 _LAZY = {
+    "Budget": "sweep.train.config",
+    "TrainConfig": "sweep.train.config",
+    "resolve_budget": "sweep.train.config",
     "NullReporter": "sweep.train.reporter",
     "Reporter": "sweep.train.reporter",
     "TrialResult": "sweep.train.reporter",

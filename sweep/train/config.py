@@ -5,8 +5,9 @@ cheaply. The budget is exactly one of ``tokens``, ``flops``, ``steps`` or ``seco
 `resolve_budget` turns it into tokens with the model's shape (FLOPs through
 `sweep_models.cost.flops_per_token`, the project's one cost model).
 
-The choices of the string fields live once, in the ``Literal`` aliases that annotate them, as
-in `sweep_models.config`: validation, the tuple constants (``SCHEDULES`` ...) and
+The choices of the string fields live once, in the ``Literal`` aliases that annotate them
+(`sweep.train.choices`, which a spec's fields are checked by without this module), as in
+`sweep_models.config`: validation, the tuple constants (``SCHEDULES`` ...) and
 `CHOICE_FIELDS` (field name -> allowed values, which the study spec checks by) are read from
 those annotations.
 """
@@ -18,24 +19,20 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
+from sweep.train.choices import (
+    BUDGET_FIELDS,
+    LIVE_HPARAMS,
+    PRECISIONS,
+    SCHEDULES,
+    BudgetKind,
+    Precision,
+    Schedule,
+)
 from sweep_models.config import ModelConfig
 from sweep_models.errors import ConfigError, check_choice, reject_unknown
 
 __all__ = ["BUDGET_FIELDS", "CHOICE_FIELDS", "LIVE_HPARAMS", "PRECISIONS", "SCHEDULES", "Budget",
            "BudgetKind", "Precision", "Schedule", "TrainConfig", "resolve_budget"]
-
-Schedule = Literal["cosine", "linear", "constant", "wsd"]
-Precision = Literal["auto", "fp32", "bf16"]
-#: The budget fields, exactly one of which a config sets.
-BudgetKind = Literal["tokens", "flops", "steps", "seconds"]
-
-SCHEDULES: tuple[str, ...] = get_args(Schedule)
-PRECISIONS: tuple[str, ...] = get_args(Precision)
-BUDGET_FIELDS: tuple[str, ...] = get_args(BudgetKind)
-#: Hyperparameters a live `sweep.train.Trainer` can change between steps without changing any
-#: tensor's shape (population-based training), with the config section each belongs to.
-LIVE_HPARAMS = {"lr": "train", "weight_decay": "train", "betas": "train", "grad_clip": "train",
-                "dropout": "model", "attn_temperature": "model"}
 
 
 def _is_int(v: Any) -> bool:

@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from sweep.kinds.base import KindRun, StudyKind
-from sweep.kinds.pbt.rules import pbt_problems
 from sweep.kinds.pbt.section import PBTSpec
 from sweep.spec.schema import StudySpec
 
@@ -38,6 +37,8 @@ class PBTKind(StudyKind):
         return "search.pbt: pbt settings need executor ray with scheduler pbt"
 
     def problems(self, spec: StudySpec) -> Iterable[str]:
+        from sweep.kinds.pbt.rules import pbt_problems  # the rules: only for a valid section
+
         return pbt_problems(spec)
 
     def run(self, job: KindRun) -> tuple[Any, list[str]]:

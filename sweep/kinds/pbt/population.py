@@ -175,7 +175,7 @@ def _train_member(trainer: Trainer, run: TrialRun, number: int, interval: int,
         result = trainer.train(tee, until_tokens=target)
         if result.state is not TrialState.RUNNING:
             break
-        metrics = dict(trainer.history[-1]) if trainer.history else {}
+        metrics: dict[str, Any] = dict(trainer.history[-1]) if trainer.history else {}
         metrics.pop(METRIC_TOKENS, None)
         folder = tempfile.mkdtemp(prefix="sweep-pbt-")
         try:

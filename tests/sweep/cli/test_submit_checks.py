@@ -52,8 +52,11 @@ def spec_dict(**sections):
     return base
 
 
+#: ``sweep submit ARGS...`` in-process; its exit handler keeps a refusal from ending the
+#: process before it prints (`sweep.cli.end_refusal`).
 _SUBMIT = """
-import json, runpy, sys, time
+import atexit, json, runpy, sys, time
+atexit.register(lambda: None)
 sys.argv = ["sweep", *sys.argv[1:]]
 code, start = None, time.perf_counter()
 try:

@@ -91,7 +91,7 @@ LIGHT = {"annotated_doc", "annotated_types", "cython_runtime", "pydantic", "pyda
 
 _PACKAGES = _CLI + """
 print(json.dumps({"code": code, "loaded": sorted({
-    m.split(".")[0] for m in sys.modules
+    m.split(".")[0] for m in seen
     if not m.startswith("_") and m.split(".")[0] not in sys.stdlib_module_names})}))
 """
 
@@ -146,18 +146,27 @@ def test_the_cli_builds_no_spec_model_before_it_validates_and_loads_no_pydantic_
 
 
 _MODULES = _CLI + """
-print(json.dumps({"code": code, "loaded": sorted(m for m in WATCHED if m in sys.modules)}))
+print(json.dumps({"code": code, "loaded": sorted(m for m in WATCHED if m in seen)}))
 """
 #: The service's own modules a refusal at the spec's types has no use for: the search space,
 #: the cost model and the grids' shapes (about 30 ms of a refusal's imports); pydantic's plugin
 #: loader's importlib.metadata (`sweep.adapters.pydantic`); pickle (a corpus's meta.pkl); the
 #: study kinds, whose sections are named without importing them (`sweep.kinds.kind_sections`);
 #: the text corpus reader, the trainer's reporter and the simulated laws, each imported by
-#: the one thing that needs it (a ``text:`` corpus, a trial, a ``simulate.law``).
+#: the one thing that needs it (a ``text:`` corpus, a trial, a ``simulate.law``); the corpus
+#: URIs' parsers (a spec's fields need only the schemes' names, `sweep.data.schemes`).
 WATCHED = ("sweep.space", "sweep_models.cost", "sweep.kinds.scaling.shapes", "rich",
            "importlib.metadata", "pickle", "sweep.kinds.scaling", "sweep.kinds.transfer",
            "sweep.kinds.hparams", "sweep.data.text", "sweep.train.reporter",
-           "sweep.simulate.law")
+           "sweep.simulate.law", "sweep.data.uris")
+#: What a refusal by the spec's models (an unknown section, a choice not listed) has no use
+#: for besides: the cross-field rules and what they check by, the model and training configs
+#: (a dataclass each, with the model's attention patterns and presets), the study folder's
+#: layout and json.
+FIELD_WATCHED = WATCHED + ("sweep.spec.rules", "sweep.spec.values", "sweep_models.config",
+                           "sweep_models.patterns", "sweep_models.presets",
+                           "sweep.train.config", "sweep.folder", "sweep.spec.from_study",
+                           "json")
 
 
 @pytest.mark.parametrize("command", ["validate", "run"])
@@ -167,6 +176,16 @@ def test_a_refusal_at_the_specs_types_loads_no_space_cost_model_or_rich(tmp_path
     result, stderr = _probe(f"WATCHED = {WATCHED!r}\n" + _MODULES, args, tmp_path)
     assert result == {"code": 2, "loaded": []}, stderr
     assert stderr.startswith("error: ") and "seq_len" in stderr, stderr
+
+
+@pytest.mark.parametrize("command", ["validate", "run", "worker"])
+def test_a_refusal_by_the_specs_models_loads_no_rules_configs_or_folder(tmp_path, command):
+    path = tmp_path / "sampler.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, "search": {**GOOD["search"], "sampler": "anneal"}}))
+    args = [command, path] + ([] if command == "validate" else ["--out", tmp_path / "out"])
+    result, stderr = _probe(f"WATCHED = {FIELD_WATCHED!r}\n" + _MODULES, args, tmp_path)
+    assert result == {"code": 2, "loaded": []}, stderr
+    assert stderr.startswith("error: ") and "search.sampler" in stderr, stderr
 
 
 def test_each_built_in_kinds_section_is_named_as_its_kind_names_it():
