@@ -46,7 +46,7 @@ from sweep.study.summary import finish_study
 from sweep.study.trial import StudyContext
 from sweep.tracking import StudyTracker
 from sweep.tracking.buffer import buffered_runs
-from sweep.tracking.faults import InfrastructureError, infrastructure_fault
+from sweep.tracking.faults import InfrastructureError, infrastructure_fault, wait_for_server
 
 
 @dataclass
@@ -190,12 +190,14 @@ def _ray_connection(address: str | None):
             ray.shutdown()
 
 
-def _with_fault_retries(attempt: Any, wait_s: float, say: Any, *,
+def _with_fault_retries(attempt: Any, wait_s: float, say: Any, *, tracking_uri: str = "",
                         first_delay_s: float = 5.0, max_delay_s: float = 60.0) -> Any:
     """Call ``attempt()``; after an infrastructure fault, wait and call it again.
 
     The waits double from ``first_delay_s`` up to ``max_delay_s``, for ``wait_s`` seconds in
-    all; each attempt reconciles the trials the fault interrupted and goes on.
+    all, each ending early when the tracking server at ``tracking_uri`` comes back
+    (`sweep.tracking.faults.wait_for_server`); each attempt reconciles the trials the fault
+    interrupted and goes on.
 
     Raises:
         StudyInterrupted: The fault lasted longer than ``wait_s`` (exit status 3).
@@ -220,7 +222,7 @@ def _with_fault_retries(attempt: Any, wait_s: float, say: Any, *,
             pause = min(delay, left)
             say(f"{fault.what}; the trial it stopped is interrupted; retrying in {pause:.0f} s "
                 f"({left:.0f} s left of search.fault_wait_s)")
-            time.sleep(pause)
+            wait_for_server(pause, tracking_uri)
             delay = min(2 * delay, max_delay_s)
 
 
@@ -344,8 +346,9 @@ def _drive(job: KindRun, view: ProgressView, tracker: StudyTracker,
                     _sync(ctx)  # the last trials' buffered writes, before the summary
                     return found
 
-                study, notes = _with_fault_retries(attempt, spec.search.fault_wait_s,
-                                                   _printer(None))  # stderr, if quiet
+                study, notes = _with_fault_retries(
+                    attempt, spec.search.fault_wait_s, _printer(None),  # stderr, if quiet
+                    tracking_uri=ctx.tracking.tracking_uri)
         except KeyboardInterrupt:
             name = received.name or "SIGINT"
             stopped = StudyInterrupted(f"interrupted by {name}",

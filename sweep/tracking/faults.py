@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import errno
 import logging
+import socket
+import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
-__all__ = ["InfrastructureError", "infrastructure_fault"]
+__all__ = ["BACK_POLL_S", "InfrastructureError", "infrastructure_fault", "wait_for_server"]
+
+#: Seconds between checks, during a pause after a fault, of whether the tracking server is back.
+BACK_POLL_S = 0.5
 
 _DISK_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
                 errno.EROFS: "the file system is read-only", errno.EIO: "the disk failed (I/O)"}
@@ -99,3 +105,35 @@ def infrastructure_fault(exc: BaseException) -> str | None:
                 return "the storage database does not answer"
             return "a server the study needs does not answer"
     return None
+
+
+def _answers(host: str, port: int) -> bool:
+    """Whether a TCP connection to ``host:port`` is accepted within `BACK_POLL_S`."""
+    try:
+        with socket.create_connection((host, port), timeout=BACK_POLL_S):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for_server(pause_s: float, tracking_uri: str) -> None:
+    """Sleep ``pause_s`` seconds after a fault, ending early when an HTTP tracking server is back.
+
+    Every `BACK_POLL_S` the server's port is tried; the pause ends as soon as a server that did
+    not answer during it answers again (the retry that follows is the real test). A server that
+    answered all along (the fault was elsewhere) or a store that is not a server (a SQLite file,
+    a full disk) waits the whole pause, so the retries keep their spacing.
+    """
+    parts = urlsplit(tracking_uri)
+    end = time.monotonic() + pause_s
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        time.sleep(pause_s)
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    was_down = False
+    while time.monotonic() < end:
+        up = _answers(parts.hostname, port)
+        if up and was_down:
+            return
+        was_down = was_down or not up
+        time.sleep(min(BACK_POLL_S, max(0.0, end - time.monotonic())))
