@@ -74,7 +74,8 @@ def end_refusal() -> None:
         return
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # None: started with that descriptor closed
+                stream.flush()
         except (OSError, ValueError):  # a closed stream: end as usual, which reports nothing
             return
     os._exit(2)

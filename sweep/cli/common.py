@@ -192,11 +192,12 @@ def bad_input(message: str) -> NoReturn:
     (not with ``NO_COLOR`` or ``TERM=dumb``, as rich decides), the message itself never styled.
     """
     stream = sys.stderr
-    colour = (stream.isatty() and "NO_COLOR" not in os.environ
-              and os.environ.get("TERM") != "dumb")
-    label = "\x1b[1;31merror:\x1b[0m" if colour else "error:"
-    stream.write(f"{label} {redact(message)}\n")
-    stream.flush()
+    if stream is not None:  # None: started with stderr closed; the status still says it
+        colour = (stream.isatty() and "NO_COLOR" not in os.environ
+                  and os.environ.get("TERM") != "dumb")
+        label = "\x1b[1;31merror:\x1b[0m" if colour else "error:"
+        stream.write(f"{label} {redact(message)}\n")
+        stream.flush()
     raise typer.Exit(code=2)
 
 

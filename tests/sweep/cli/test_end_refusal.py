@@ -60,6 +60,20 @@ def test_with_an_exit_handler_a_refusal_ends_as_usual(tmp_path, bad_spec):
     assert proc.stderr.endswith("'anneal'\nexit handler\ntorn down\n")
 
 
+@pytest.mark.parametrize("closed", ["stdout", "stderr", "both"])
+def test_a_refusal_with_a_standard_stream_closed_still_exits_2(tmp_path, bad_spec, closed):
+    """Started with a descriptor closed, Python's stream is None: nothing is written to it."""
+    shut = {"stdout": ">&-", "stderr": "2>&-", "both": ">&- 2>&-"}[closed]
+    program = f"HANDLER = False\n{_PROGRAM}"
+    proc = subprocess.run(f'"{sys.executable}" -c "$PROGRAM" validate "{bad_spec}" {shut}',
+                          shell=True, capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                               "PROGRAM": program})
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: invalid study spec") == (closed == "stdout")
+
+
 def test_a_command_that_does_not_refuse_ends_as_usual(tmp_path):
     helped = _run(tmp_path, False, "validate", "--help")
     assert helped.returncode == 0 and helped.stderr == "torn down\n"
