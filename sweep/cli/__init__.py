@@ -5,13 +5,15 @@ before anything is written. Each command's work lives in its package; these modu
 flags and print, importing the heavy packages (torch, MLflow, Optuna) inside the command that
 needs them so that ``sweep validate`` answers fast.
 
-The program (`main`: ``sweep``, ``python -m sweep.cli``) imports only the module of the
-command its command line names (`COMMAND_MODULES`), and every module for help, completion or
-a name it does not know. ``sweep.cli.app`` is the app with every command registered.
+The command line (`main`) imports only the module of the command it names
+(`COMMAND_MODULES`), and every module for help, completion or a name it does not know.
+``sweep.cli.app`` is the app with every command registered.
 
-A refusal (exit status 2) ends the process as soon as its message is out when nothing is left to
+The program (`program`: the ``sweep`` script, ``python -m sweep.cli``) is `main`, except that a
+refusal (exit status 2) ends the process as soon as its message is out when nothing is left to
 clean up (`end_refusal`): the interpreter's teardown, which frees every module and collects
-garbage once more, is 6% of a refusal's CPU time and changes nothing outside the process.
+garbage once more, is 6% of a refusal's CPU time and changes nothing outside the process. A
+caller of `main` gets its ``SystemExit`` as usual.
 
 The command line runs without pydantic plugins unless ``PYDANTIC_DISABLE_PLUGINS`` is set:
 finding them reads the entry points of every installed distribution, about 15 ms of a refusal's
@@ -33,7 +35,7 @@ skip_plugin_loader()
 
 from sweep.cli.common import COMMAND_MODULES  # noqa: E402 - after the loader is replaced
 
-__all__ = ["COMMAND_MODULES", "app", "main"]
+__all__ = ["COMMAND_MODULES", "app", "end_refusal", "main", "program"]
 
 
 def _app(modules: Any) -> Any:
@@ -46,15 +48,23 @@ def _app(modules: Any) -> Any:
 
 
 def main() -> None:
-    """Run the command line ``sys.argv``, importing only the module of the command it names."""
+    """Run the command line ``sys.argv``, importing only the module of the command it names.
+
+    Raises:
+        SystemExit: The command's exit status, as click ends every command.
+    """
     args = sys.argv[1:2]
     module = COMMAND_MODULES.get(args[0]) if args else None
     if module is None or any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ):
-        modules = sorted(set(COMMAND_MODULES.values()))
+        _app(sorted(set(COMMAND_MODULES.values())))()
     else:
-        modules = [module]
+        _app([module])()
+
+
+def program() -> None:
+    """The ``sweep`` program, ``python -m sweep.cli``: `main`, refusals ended by `end_refusal`."""
     try:
-        _app(modules)()
+        main()
     except SystemExit as exc:
         if exc.code == 2:
             end_refusal()
@@ -65,12 +75,16 @@ def end_refusal() -> None:
     """End the process now with status 2 if nothing waits for the interpreter's teardown.
 
     That is: no exit handler registered (`atexit`: MLflow, Ray, logging and multiprocessing
-    register theirs on import) and no thread but this one. Bad input is refused before anything
-    is opened or written, so the teardown would only free memory; the two standard streams are
-    flushed, then `os._exit`. Otherwise it returns, and the process ends as usual.
+    register theirs on import), no thread but this one, no profiler or tracer (``python -m
+    cProfile -o FILE`` writes FILE after the program), and no interactive prompt to follow
+    (``python -i``, ``PYTHONINSPECT``). Bad input is refused before anything is opened or
+    written, so the teardown would only free memory; the two standard streams are flushed, then
+    `os._exit`. Otherwise it returns, and the process ends as usual.
     """
     pending = getattr(atexit, "_ncallbacks", lambda: 1)()
-    if pending or threading.active_count() > 1:
+    if (pending or threading.active_count() > 1 or sys.getprofile() is not None
+            or sys.gettrace() is not None or sys.flags.inspect
+            or os.environ.get("PYTHONINSPECT")):
         return
     for stream in (sys.stdout, sys.stderr):
         try:

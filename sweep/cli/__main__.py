@@ -1,5 +1,5 @@
 """``python -m sweep.cli``: the same command line as ``sweep``."""
 
-from sweep.cli import main
+from sweep.cli import program
 
-main()
+program()

@@ -1,6 +1,8 @@
-"""A refusal ends the process without the interpreter's teardown when nothing waits for it
-(`sweep.cli.end_refusal`), and as usual when an exit handler or another thread does."""
+"""The program's refusal ends the process without the interpreter's teardown when nothing waits
+for it (`sweep.cli.end_refusal`), and as usual when an exit handler, another thread, a profiler,
+a ``python -i`` prompt or a caller of `sweep.cli.main` does."""
 
+import pstats
 import subprocess
 import sys
 import threading
@@ -14,7 +16,7 @@ import sweep.cli
 
 ROOT = Path(__file__).resolve().parents[3]
 
-#: Runs ``sweep ARGS...`` as the program does; an object of ``__main__`` says when the
+#: Runs ``sweep ARGS...`` as the ``sweep`` script does; an object of ``__main__`` says when the
 #: interpreter's teardown frees it. ``HANDLER`` registers an exit handler first.
 _PROGRAM = """
 import atexit, sys
@@ -25,8 +27,8 @@ witness = Teardown()
 if HANDLER:
     atexit.register(lambda: sys.stderr.write("exit handler\\n"))
 sys.argv = ["sweep", *sys.argv[1:]]
-from sweep.cli import main
-main()
+from sweep.cli import program
+program()
 """
 
 
@@ -72,6 +74,49 @@ def test_a_refusal_with_a_standard_stream_closed_still_exits_2(tmp_path, bad_spe
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: invalid study spec") == (closed == "stdout")
+
+
+def _python(tmp_path, *args, **kwargs):
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120, **kwargs,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+def test_a_refusal_under_a_profiler_leaves_the_profile(tmp_path, bad_spec):
+    """``python -m cProfile -o FILE`` writes FILE once the program has returned to it."""
+    profile = tmp_path / "refusal.prof"
+    proc = _python(tmp_path, "-m", "cProfile", "-o", profile, "-m", "sweep.cli", "validate",
+                   bad_spec)
+    assert proc.stderr.startswith("error: invalid study spec"), proc.stderr
+    stats = pstats.Stats(str(profile))
+    assert any(name == "main" and path.endswith("sweep/cli/__init__.py")
+               for path, _, name in stats.stats)  # type: ignore[attr-defined]
+
+
+_CALLER = """
+import sys
+from sweep.cli import main
+def validate(path):
+    sys.argv = ["sweep", "validate", path]
+    try:
+        main()
+    finally:
+        sys.stderr.write("the caller's finally\\n")
+validate(sys.argv[1])
+"""
+
+
+def test_a_caller_of_main_gets_the_refusal_back(tmp_path, bad_spec):
+    proc = _python(tmp_path, "-c", _CALLER, bad_spec)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: invalid study spec"), proc.stderr
+    assert proc.stderr.endswith("'anneal'\nthe caller's finally\n"), proc.stderr
+
+
+def test_python_i_reaches_its_prompt_after_a_refusal(tmp_path, bad_spec):
+    proc = _python(tmp_path, "-i", "-m", "sweep.cli", "validate", bad_spec,
+                   input="print('inspected')\n")
+    assert proc.stdout == "inspected\n", proc.stderr
 
 
 def test_a_command_that_does_not_refuse_ends_as_usual(tmp_path):
