@@ -120,9 +120,13 @@ def _address_wins(base: str) -> Iterator[None]:
     """``base`` as ``RAY_API_SERVER_ADDRESS`` while a client is made.
 
     `ray.job_submission.JobSubmissionClient` takes that variable, else ``RAY_ADDRESS``, over
-    the address it is given (as ``ray.init`` does); an explicit ``--address`` must win.
+    the address it is given (as ``ray.init`` does); an explicit ``--address`` must win. Where
+    neither is set the environment is left alone: another thread may be reading it.
     """
     before = os.environ.get("RAY_API_SERVER_ADDRESS")
+    if before in (None, base) and os.environ.get("RAY_ADDRESS") is None:
+        yield
+        return
     os.environ["RAY_API_SERVER_ADDRESS"] = base
     try:
         yield

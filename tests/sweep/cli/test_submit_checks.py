@@ -120,6 +120,41 @@ def test_address_forms():
             check_address(bad)
 
 
+class _Environ(dict):
+    """``os.environ`` stand-in that counts writes."""
+
+    writes = 0
+
+    def __setitem__(self, key, value):
+        type(self).writes += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        type(self).writes += 1
+        super().__delitem__(key)
+
+
+@pytest.mark.parametrize("env", [{}, {"RAY_API_SERVER_ADDRESS": "http://h:8265"},
+                                 {"RAY_ADDRESS": "10.0.0.1:6379"},
+                                 {"RAY_API_SERVER_ADDRESS": "http://other:8265"}])
+def test_the_address_given_wins_and_the_environment_is_written_only_to_make_it(monkeypatch,
+                                                                             env):
+    """`JobSubmissionClient` prefers ``RAY_API_SERVER_ADDRESS``, then ``RAY_ADDRESS``; with
+    neither (or the same address) set nothing is written, so a thread reading the environment
+    meanwhile (two submits in one process) never sees it change."""
+    from sweep.cluster import connection
+
+    environ = _Environ(env)
+    _Environ.writes = 0
+    monkeypatch.setattr(connection.os, "environ", environ)
+    with connection._address_wins("http://h:8265"):
+        inside = environ.get("RAY_API_SERVER_ADDRESS")
+    assert inside == (None if env == {} else "http://h:8265")
+    assert environ == env
+    assert _Environ.writes == (0 if env in ({}, {"RAY_API_SERVER_ADDRESS": "http://h:8265"})
+                               else 2)
+
+
 def test_the_token_is_found_where_ray_looks_and_never_shown(tmp_path, monkeypatch):
     secret = "tok-" + os.urandom(8).hex()
     monkeypatch.setenv("HOME", str(tmp_path))
