@@ -21,13 +21,13 @@ CPU time in an environment with MLflow, Ray and torch installed; and without pyd
 loader, whose imports cost as much again (`sweep.adapters.pydantic.skip_plugin_loader`).
 """
 
-import atexit
 import importlib
 import os
 import sys
 import threading
 from typing import Any
 
+from sweep.adapters.interpreter import pending_exit_handlers
 from sweep.adapters.pydantic import skip_plugin_loader
 
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
@@ -81,8 +81,7 @@ def end_refusal() -> None:
     written, so the teardown would only free memory; the two standard streams are flushed, then
     `os._exit`. Otherwise it returns, and the process ends as usual.
     """
-    pending = getattr(atexit, "_ncallbacks", lambda: 1)()
-    if (pending or threading.active_count() > 1 or sys.getprofile() is not None
+    if (pending_exit_handlers() or threading.active_count() > 1 or sys.getprofile() is not None
             or sys.gettrace() is not None or sys.flags.inspect
             or os.environ.get("PYTHONINSPECT")):
         return

@@ -154,10 +154,8 @@ def section_of(model: BaseModel, path: str) -> Any:
 
 def section_models() -> dict[tuple[str, ...], type[BaseModel]]:
     """Every registered kind's section model by its path (``("search", "pbt")``)."""
-    from sweep.kinds import kinds
-
-    return {tuple(kind.section.split(".")): kind.section_model for kind in kinds()
-            if kind.section and kind.section_model is not None}
+    return {path: model for path in section_paths()
+            if (model := section_model_at(path)) is not None}
 
 
 def section_model_at(path: tuple[str, ...]) -> type[BaseModel] | None:

@@ -129,9 +129,22 @@ def ended(monkeypatch):
     """`end_refusal`'s ``os._exit`` calls, none made; no exit handler registered."""
     calls = []
     monkeypatch.setattr(sweep.cli.os, "_exit", calls.append)
-    monkeypatch.setattr(sweep.cli.atexit, "_ncallbacks", lambda: 0)
+    monkeypatch.setattr(sweep.cli, "pending_exit_handlers", lambda: 0)
     monkeypatch.setattr(sweep.cli.threading, "active_count", lambda: 1)
     return calls
+
+
+def test_the_exit_handlers_are_counted():
+    import atexit
+
+    from sweep.adapters.interpreter import pending_exit_handlers
+
+    before = pending_exit_handlers()
+    handler = atexit.register(lambda: None)
+    try:
+        assert pending_exit_handlers() == before + 1
+    finally:
+        atexit.unregister(handler)
 
 
 def test_end_refusal_exits_2_when_nothing_waits(ended):
@@ -140,7 +153,7 @@ def test_end_refusal_exits_2_when_nothing_waits(ended):
 
 
 def test_end_refusal_returns_with_an_exit_handler(ended, monkeypatch):
-    monkeypatch.setattr(sweep.cli.atexit, "_ncallbacks", lambda: 1)
+    monkeypatch.setattr(sweep.cli, "pending_exit_handlers", lambda: 1)
     sweep.cli.end_refusal()
     assert ended == []
 
